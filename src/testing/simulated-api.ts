@@ -164,6 +164,8 @@ class SimulatedApiServer {
     this.chain = this.chain
       .then(() => body)
       .then((result) => {
+        // A client gone before its body arrived gets no decision: nothing is counted but `received`.
+        if (!result.ok && result.reason === 'aborted') return;
         let plan: Plan;
         try {
           plan = this.decide(req, arrivedAt, seq, result);
@@ -176,6 +178,10 @@ class SimulatedApiServer {
           );
         }
         this.respond(res, plan);
+      })
+      // Never let one broken response stall the decisions queued behind it.
+      .catch((error: unknown) => {
+        res.destroy(error instanceof Error ? error : new Error(String(error)));
       });
   }
 
@@ -201,12 +207,7 @@ class SimulatedApiServer {
     req: IncomingMessage,
     result: BodyResult,
   ): { tokens: number; body: unknown } | { error: string; message: string } {
-    if (!result.ok) {
-      // An aborted request is answered too, for the counts; the write is skipped if the socket is gone.
-      return result.reason === 'too-large'
-        ? { error: 'request_too_large', message: `Body larger than ${maxBodyBytes} bytes` }
-        : { error: 'aborted', message: 'Request aborted before its body was read' };
-    }
+    if (!result.ok) return { error: 'request_too_large', message: `Body larger than ${maxBodyBytes} bytes` };
     let body: unknown;
     const type = headerValue(req, 'content-type') ?? '';
     if (result.bytes.length > 0 && /\bjson\b/i.test(type)) {

@@ -1,3 +1,4 @@
+import { request } from 'node:http';
 import { parseList } from 'structured-headers';
 import { afterEach, describe, expect, it } from 'vitest';
 import { InvalidOptionError, isTollgateError } from '../../src/errors.js';
@@ -674,6 +675,20 @@ describe('startSimulatedApi over real sockets', () => {
     t = performance.now();
     expect((await call(api)).status).toBe(429);
     expect(performance.now() - t).toBeLessThan(35);
+  });
+
+  it('a client that disconnects mid-body does not stall the requests behind it', async () => {
+    const api = await start({ policy: { kind: 'none' } });
+    const aborted = request(`${api.url}/upload`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-length': '100' },
+    });
+    aborted.on('error', () => {});
+    aborted.write('{"max_tok');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    aborted.destroy();
+    expect((await call(api)).status).toBe(200);
+    expect(api.stats()).toMatchObject({ received: 2, accepted: 1, byStatus: { 200: 1 } });
   });
 
   it('reset() restores fresh limits and zeroes the counters', async () => {
