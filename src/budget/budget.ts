@@ -1,0 +1,354 @@
+/**
+ * Money budgets: the spec users write, its validation, and the pure accounting of one budget in one
+ * window. No I/O, no clock reads: every function takes `now` (ms). The ledgers store this state;
+ * the memory ledger runs exactly these functions, the file ledger the same rules in SQL.
+ *
+ * The hard cap: a reservation of `estimate` is admitted only if
+ *   spent + reserved + estimate <= limit
+ * where `reserved` is every reservation still in flight (admitted, not yet settled or released).
+ * Settling moves a reservation's estimate out of `reserved` and its actual cost into `spent`. An
+ * actual cost above the estimate is charged in full even if `spent` then exceeds the limit: the call
+ * was already sent and the provider will bill it, so the ledger records the truth; the overshoot is
+ * at most the sum of (actual - estimate) over calls in flight, and every later call is refused
+ * until the window has room again.
+ */
+
+import { invalid, plainObject } from '../validate.js';
+import { normalizeCurrency, parseMoney } from './money.js';
+import { describePeriod, normalizePeriod, type Period, type PeriodSpec } from './period.js';
+
+/** A budget as users write it. */
+export interface BudgetSpec {
+  /**
+   * Stable name: the ledger stores spend under it, so a re-run with the same name sees the same
+   * spend. Letters, digits and `-_.:/ ` only.
+   * @default the period, e.g. `'day'`, `'month Europe/Berlin'`, `'rolling 3600000ms'`
+   */
+  name?: string;
+  /** The cap per period: `5` (units of `currency`), `'$5'`, `'5 usd'`, or `{ micros: 5_000_000 }`. >= 0. */
+  limit: number | string | { readonly micros: number };
+  /** `'hour' | 'day' | 'week' | 'month'` (calendar), `{ rollingMs }`, or `{ calendar, timeZone }`. */
+  period: PeriodSpec;
+  /**
+   * IANA time zone for calendar periods. Weeks start on Monday.
+   * @default 'UTC'
+   */
+  timeZone?: string;
+  /**
+   * ISO 4217 currency of `limit` and of every cost; all budgets of one guard share one currency.
+   * @default 'usd'
+   */
+  currency?: string;
+  /**
+   * Fractions of the limit at which a threshold event fires (once per period), each in (0, 1].
+   * @default [0.5, 0.8, 1]
+   */
+  thresholds?: readonly number[];
+  /**
+   * One budget per call key (e.g. per tenant or API key) instead of one for all calls. A call
+   * without a key counts against the key `''`, so unkeyed calls never bypass the cap.
+   * @default false
+   */
+  perKey?: boolean;
+}
+
+/** A validated, frozen budget. */
+export interface Budget {
+  readonly name: string;
+  readonly limitMicros: number;
+  readonly period: Period;
+  readonly currency: string;
+  /** Sorted ascending, distinct. */
+  readonly thresholds: readonly number[];
+  /** `thresholds[i] * limitMicros`, rounded up to whole micros. */
+  readonly thresholdMicros: readonly number[];
+  readonly perKey: boolean;
+}
+
+const nameShape = /^[\w\-.:/ ]+$/;
+
+/** Validate one budget spec; `option` is its path in errors, e.g. `budgets[1]`. */
+export function normalizeBudget(option: string, value: unknown): Budget {
+  const spec: { [K in keyof BudgetSpec]?: unknown } & Record<string, unknown> = plainObject(option, value);
+  for (const key of Object.keys(spec)) {
+    if (!['name', 'limit', 'period', 'timeZone', 'currency', 'thresholds', 'perKey'].includes(key)) {
+      throw invalid(
+        `${option}.${key}`,
+        'not set (known: name, limit, period, timeZone, currency, thresholds, perKey)',
+        spec[key],
+      );
+    }
+  }
+  const currencyOption =
+    spec.currency === undefined ? undefined : normalizeCurrency(`${option}.currency`, spec.currency);
+  if (spec.limit === undefined) throw invalid(`${option}.limit`, 'an amount >= 0', undefined);
+  const limit = parseMoney(`${option}.limit`, spec.limit, 'exact');
+  if (limit.currency !== undefined && currencyOption !== undefined && limit.currency !== currencyOption) {
+    throw invalid(
+      `${option}.limit`,
+      `an amount in ${currencyOption.toUpperCase()} (the budget's currency)`,
+      spec.limit,
+    );
+  }
+  const currency = currencyOption ?? limit.currency ?? 'usd';
+  const period = normalizePeriod(
+    `${option}.period`,
+    spec.period,
+    spec.timeZone ?? 'UTC',
+    `${option}.timeZone`,
+  );
+  if (spec.timeZone !== undefined && period.kind === 'rolling') {
+    throw invalid(`${option}.timeZone`, 'unset for a rolling period', spec.timeZone);
+  }
+  let name = describePeriod(period);
+  if (spec.name !== undefined) {
+    if (typeof spec.name !== 'string' || !nameShape.test(spec.name) || spec.name.length > 200) {
+      throw invalid(
+        `${option}.name`,
+        'a non-empty string of letters, digits and `-_.:/ ` (at most 200)',
+        spec.name,
+      );
+    }
+    name = spec.name;
+  }
+  let thresholds: number[] = [0.5, 0.8, 1];
+  if (spec.thresholds !== undefined) {
+    const t = spec.thresholds;
+    if (!Array.isArray(t)) throw invalid(`${option}.thresholds`, 'an array of fractions in (0, 1]', t);
+    t.forEach((f, i) => {
+      if (typeof f !== 'number' || !Number.isFinite(f) || f <= 0 || f > 1) {
+        throw invalid(`${option}.thresholds[${i}]`, 'a fraction in (0, 1]', f);
+      }
+    });
+    thresholds = [...new Set(t as number[])].sort((a, b) => a - b);
+  }
+  const perKey = spec.perKey ?? false;
+  if (typeof perKey !== 'boolean') throw invalid(`${option}.perKey`, 'a boolean', perKey);
+  return Object.freeze({
+    name,
+    limitMicros: limit.micros,
+    period,
+    currency,
+    thresholds: Object.freeze(thresholds),
+    // t * limit in floats can land a hair above the exact product (0.8 * 1e6 = 800000.0000000001);
+    // round to 6 decimals first, then up to a whole micro.
+    thresholdMicros: Object.freeze(thresholds.map((f) => Math.ceil(Number((f * limit.micros).toFixed(6))))),
+    perKey,
+  });
+}
+
+/**
+ * The id a budget's spend is stored under: the name, or `name[key]` for a per-key budget (names
+ * cannot contain `[`, so the id is unambiguous).
+ */
+export function budgetIdFor(budget: Budget, key: string | undefined): string {
+  return budget.perKey ? `${budget.name}[${key ?? ''}]` : budget.name;
+}
+
+/** The budget name part of an id (`'daily[tenant-a]'` -> `'daily'`). */
+export function budgetNameOf(budgetId: string): string {
+  const i = budgetId.indexOf('[');
+  return i === -1 ? budgetId : budgetId.slice(0, i);
+}
+
+/** The key part of a per-key id (`'daily[tenant-a]'` -> `'tenant-a'`), or undefined. */
+export function budgetKeyOf(budgetId: string): string | undefined {
+  const i = budgetId.indexOf('[');
+  return i === -1 ? undefined : budgetId.slice(i + 1, -1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accounting of one budget in one window (pure; the memory ledger's state).
+
+/** A reservation's hold on one budget. */
+export interface Hold {
+  readonly reservationId: string;
+  /** When the reservation was made (the call is sent right after): spend is dated here. */
+  readonly at: number;
+  readonly micros: number;
+  /** After this, a hold whose process never settled it is reported as spent (at its estimate). */
+  readonly expiresAt: number;
+}
+
+/** Spend dated `at`, for rolling windows. */
+export interface LogEntry {
+  readonly at: number;
+  readonly micros: number;
+}
+
+/**
+ * One budget's state in one window. A calendar window is `[windowStart, windowEnd)`; a rolling
+ * window keeps a log of settled spend (sorted by `at`) and drops entries as they leave it.
+ */
+export interface Account {
+  readonly budgetId: string;
+  readonly windowStart: number;
+  readonly windowEnd: number;
+  /** Set for a rolling window: spend at `at` counts while `now - at < rollingMs`. */
+  readonly rollingMs: number | undefined;
+  limitMicros: number;
+  /** Settled spend in the window. */
+  spentMicros: number;
+  /** Sum of `holds` (in flight, including expired ones). */
+  reservedMicros: number;
+  readonly holds: Map<string, Hold>;
+  /** Rolling only: settled spend by time, ascending. */
+  readonly log: LogEntry[];
+}
+
+export function newAccount(
+  budgetId: string,
+  windowStart: number,
+  windowEnd: number,
+  rollingMs: number | undefined,
+  limitMicros: number,
+): Account {
+  return {
+    budgetId,
+    windowStart,
+    windowEnd,
+    rollingMs,
+    limitMicros,
+    spentMicros: 0,
+    reservedMicros: 0,
+    holds: new Map(),
+    log: [],
+  };
+}
+
+/** True when `estimate` fits under the cap on top of what is spent and in flight. */
+export function fits(
+  spentMicros: number,
+  reservedMicros: number,
+  estimateMicros: number,
+  limitMicros: number,
+): boolean {
+  // Subtract instead of adding three terms: the comparison stays exact even near MAX_MICROS.
+  return estimateMicros <= limitMicros - spentMicros - reservedMicros;
+}
+
+/**
+ * Rolling: drop settled spend and holds that left the window by `now` (dated at or before
+ * `now - rollingMs`). Holds are dropped too: a call older than the window no longer counts, whether
+ * or not it ever settles. Returns true when anything was dropped.
+ */
+export function pruneRolling(account: Account, now: number): boolean {
+  if (account.rollingMs === undefined) return false;
+  const cutoff = now - account.rollingMs; // entries at <= cutoff have been in the window rollingMs
+  let dropped = 0;
+  while (dropped < account.log.length && account.log[dropped]!.at <= cutoff) {
+    account.spentMicros -= account.log[dropped]!.micros;
+    dropped++;
+  }
+  if (dropped > 0) account.log.splice(0, dropped);
+  let droppedHolds = false;
+  for (const hold of account.holds.values()) {
+    if (hold.at <= cutoff) {
+      account.holds.delete(hold.reservationId);
+      account.reservedMicros -= hold.micros;
+      droppedHolds = true;
+    }
+  }
+  return dropped > 0 || droppedHolds;
+}
+
+export function addHold(account: Account, hold: Hold): void {
+  account.holds.set(hold.reservationId, hold);
+  account.reservedMicros += hold.micros;
+}
+
+/** Settle a hold at `actualMicros` (refund or extra charge). Returns false if it was not held here. */
+export function settleHold(account: Account, reservationId: string, actualMicros: number): boolean {
+  const hold = account.holds.get(reservationId);
+  if (hold === undefined) return false;
+  account.holds.delete(reservationId);
+  account.reservedMicros -= hold.micros;
+  account.spentMicros += actualMicros;
+  if (account.rollingMs !== undefined && actualMicros > 0)
+    insertLog(account.log, { at: hold.at, micros: actualMicros });
+  return true;
+}
+
+/** Return a hold unspent (the call was never sent). Returns false if it was not held here. */
+export function releaseHold(account: Account, reservationId: string): boolean {
+  const hold = account.holds.get(reservationId);
+  if (hold === undefined) return false;
+  account.holds.delete(reservationId);
+  account.reservedMicros -= hold.micros;
+  return true;
+}
+
+// Settles arrive nearly in `at` order: search from the end.
+function insertLog(log: LogEntry[], entry: LogEntry): void {
+  let i = log.length;
+  while (i > 0 && log[i - 1]!.at > entry.at) i--;
+  log.splice(i, 0, entry);
+}
+
+/** Holds past `expiresAt` at `now`: reported as spent (their process may have died after sending). */
+export function expiredMicros(account: Account, now: number): number {
+  let sum = 0;
+  for (const hold of account.holds.values()) if (hold.expiresAt <= now) sum += hold.micros;
+  return sum;
+}
+
+/** What a snapshot or a refusal reports: expired holds count as spent, live ones as reserved. */
+export function reportedTotals(
+  account: Account,
+  now: number,
+): { spentMicros: number; reservedMicros: number } {
+  const expired = expiredMicros(account, now);
+  return { spentMicros: account.spentMicros + expired, reservedMicros: account.reservedMicros - expired };
+}
+
+/**
+ * Rolling: when the oldest counted spend (settled or in flight) leaves the window, i.e. the next time
+ * `spent + reserved` drops without anyone settling; `now` if nothing is counted.
+ */
+export function rollingResetAt(entries: readonly LogEntry[], rollingMs: number, now: number): number {
+  let oldest = Infinity;
+  for (const e of entries) if (e.at < oldest) oldest = e.at;
+  return oldest === Infinity ? now : oldest + rollingMs;
+}
+
+/**
+ * Rolling: the earliest time at which `estimate` fits if nothing else happens, counting holds in
+ * flight as spent at their estimate. Infinity when `estimate > limit` (it never fits).
+ * An entry at `at` leaves the window at `at + rollingMs`.
+ */
+export function rollingRetryAt(
+  entries: readonly LogEntry[],
+  rollingMs: number,
+  estimateMicros: number,
+  limitMicros: number,
+  now: number,
+): number {
+  if (estimateMicros > limitMicros) return Infinity;
+  const sorted = [...entries].sort((a, b) => a.at - b.at);
+  let total = 0;
+  for (const e of sorted) total += e.micros;
+  let retryAt = now;
+  for (const e of sorted) {
+    if (fits(total, 0, estimateMicros, limitMicros)) break;
+    total -= e.micros;
+    retryAt = Math.max(retryAt, e.at + rollingMs);
+  }
+  return retryAt;
+}
+
+/**
+ * Indexes of thresholds crossed upwards by a change of committed spend (`spent + reserved`) from
+ * `beforeMicros` to `afterMicros`.
+ */
+export function crossedThresholds(
+  thresholdMicros: readonly number[],
+  beforeMicros: number,
+  afterMicros: number,
+): number[] {
+  const crossed: number[] = [];
+  for (let i = 0; i < thresholdMicros.length; i++) {
+    const t = thresholdMicros[i]!;
+    if (beforeMicros < t && afterMicros >= t) crossed.push(i);
+  }
+  return crossed;
+}

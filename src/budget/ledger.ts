@@ -1,0 +1,128 @@
+/**
+ * Where spend is recorded. One interface, two implementations that pass one contract suite:
+ * `MemoryLedger` (one process, lost on exit) and `FileLedger` (SQLite file, shared by processes on one
+ * machine, survives restarts). Methods are synchronous: both backends answer without I/O waits
+ * worth yielding for, and a reservation must be recorded before the caller sends the request.
+ *
+ * All amounts are integer micro-units; all times ms on the caller's clock.
+ */
+
+/** One budget's part of a reservation. */
+export interface LedgerEntry {
+  /** The budget (or `name[key]`) to charge. */
+  readonly budgetId: string;
+  /** Calendar: the period's start. Rolling: `now - rollingMs` (informational). */
+  readonly windowStart: number;
+  /** Calendar: the period's end, when spend resets. Rolling: `now` (informational). */
+  readonly windowEnd: number;
+  /** Set for a rolling window: spend at `at` counts while `now - at < rollingMs`. */
+  readonly rollingMs?: number | undefined;
+  readonly limitMicros: number;
+  readonly estimateMicros: number;
+  /**
+   * A reservation not settled or released by then is reported as spent at its estimate (its process
+   * probably died after sending). It is never dropped before its window ends.
+   */
+  readonly expiresAt: number;
+}
+
+/** A budget's committed totals in its current window (raw: expired holds are still in `reserved`). */
+export interface LedgerTotals {
+  readonly budgetId: string;
+  readonly spentMicros: number;
+  readonly reservedMicros: number;
+  readonly limitMicros: number;
+}
+
+export type LedgerReserveResult =
+  | {
+      readonly ok: true;
+      readonly reservationId: string;
+      /** Totals after this reservation, in the order of the entries. */
+      readonly totals: readonly LedgerTotals[];
+    }
+  | {
+      readonly ok: false;
+      /** The first budget (in entry order) the estimate does not fit. Nothing was reserved anywhere. */
+      readonly budgetId: string;
+      /** Settled spend, plus holds past `expiresAt` at their estimate. */
+      readonly spentMicros: number;
+      /** Holds in flight and not expired. */
+      readonly reservedMicros: number;
+      readonly limitMicros: number;
+      readonly estimateMicros: number;
+      /** Calendar: the window's end. Rolling: when the oldest counted spend leaves the window. */
+      readonly resetAt: number;
+      /** Earliest time this estimate could fit if nothing else happened; Infinity if never. */
+      readonly retryAt: number;
+    };
+
+export interface LedgerSettleResult {
+  /** False when the reservation was unknown (already settled or released, reset, or its window pruned). */
+  readonly found: boolean;
+  /** Totals after the change, one per budget the reservation held. */
+  readonly totals: readonly LedgerTotals[];
+}
+
+/** One budget's current window, as `snapshot` reports it. */
+export interface LedgerWindow {
+  readonly budgetId: string;
+  /** Calendar: the period's start. Rolling: `now - rollingMs`. */
+  readonly windowStart: number;
+  /** Calendar: the period's end. Rolling: `now`. */
+  readonly windowEnd: number;
+  readonly rollingMs: number | undefined;
+  /** Settled spend, plus holds past `expiresAt` at their estimate. */
+  readonly spentMicros: number;
+  /** Holds in flight and not expired. */
+  readonly reservedMicros: number;
+  readonly limitMicros: number;
+  /** `max(0, limit - spent - reserved)`. */
+  readonly remainingMicros: number;
+  /** Calendar: the window's end. Rolling: when the oldest counted spend leaves the window (now if none). */
+  readonly resetAt: number;
+}
+
+export interface Ledger {
+  /**
+   * Reserve `estimateMicros` on every entry's budget, all or nothing, atomically (also across
+   * processes for a shared ledger): admitted only if `spent + reserved + estimate <= limit` holds for
+   * each. When this returns `ok: true` the reservation is durable.
+   */
+  reserve(entries: readonly LedgerEntry[], now: number): LedgerReserveResult;
+  /** Replace the reservation's estimate by the actual cost on each budget it held. */
+  settle(reservationId: string, actualMicros: number, now: number): LedgerSettleResult;
+  /** Give the reservation back unspent (the request was not sent). */
+  release(reservationId: string, now: number): LedgerSettleResult;
+  /** Every budget's current window at `now`, ordered by budget id. */
+  snapshot(now: number): LedgerWindow[];
+  /**
+   * Forget recorded spend: of one budget (and its per-key budgets `budgetId[...]`), or of all.
+   * Reservations in flight are forgotten too; settling them later is a no-op.
+   */
+  reset(budgetId?: string): void;
+  /** Release resources (the file handle). Further calls throw. */
+  close(): void;
+}
+
+/**
+ * Rolling windows are stored as one window per (budget, rollingMs) under these bounds, so a budget
+ * whose period changes between runs never mixes two definitions' spend.
+ */
+export const ROLLING_WINDOW_START = -8_640_000_000_000_000; // the earliest Date; no calendar window starts there
+
+/** The stored (start, end) key of an entry's window. */
+export function windowKey(entry: {
+  readonly windowStart: number;
+  readonly windowEnd: number;
+  readonly rollingMs?: number | undefined;
+}): { start: number; end: number } {
+  return entry.rollingMs === undefined
+    ? { start: entry.windowStart, end: entry.windowEnd }
+    : { start: ROLLING_WINDOW_START, end: ROLLING_WINDOW_START + entry.rollingMs };
+}
+
+/** True when `budgetId` is `target` or one of its per-key ids (`target[...]`). */
+export function matchesBudget(budgetId: string, target: string | undefined): boolean {
+  return target === undefined || budgetId === target || budgetId.startsWith(`${target}[`);
+}

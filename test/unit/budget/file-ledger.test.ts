@@ -1,0 +1,197 @@
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterAll, describe, expect, it } from 'vitest';
+import { LedgerCorruptError } from '../../../src/budget/errors.js';
+import { defaultLedgerPath, FileLedger, LEDGER_SCHEMA_VERSION } from '../../../src/budget/file-ledger.js';
+import type { LedgerEntry } from '../../../src/budget/ledger.js';
+import { isTollgateError } from '../../../src/errors.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'tollgate-file-ledger-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+let n = 0;
+const fresh = () => join(dir, `l${n++}`, 'ledger.sqlite');
+
+const entry = (over: Partial<LedgerEntry> = {}): LedgerEntry => ({
+  budgetId: 'day',
+  windowStart: 0,
+  windowEnd: 86_400_000,
+  limitMicros: 1_000_000,
+  estimateMicros: 250_000,
+  expiresAt: 86_400_000,
+  ...over,
+});
+
+function fingerprint(path: string) {
+  return {
+    hash: createHash('sha256').update(readFileSync(path)).digest('hex'),
+    mtimeMs: statSync(path).mtimeMs,
+  };
+}
+
+function openError(path: string): unknown {
+  try {
+    new FileLedger({ path }).close();
+  } catch (error) {
+    return error;
+  }
+  return undefined;
+}
+
+describe('FileLedger', () => {
+  it('creates its directory and keeps spend across reopening', () => {
+    const path = fresh();
+    const a = new FileLedger({ path });
+    const r = a.reserve([entry()], 10);
+    expect(r.ok).toBe(true);
+    if (r.ok) a.settle(r.reservationId, 200_000, 11);
+    a.close();
+    const b = new FileLedger({ path });
+    expect(b.snapshot(12)).toMatchObject([
+      { budgetId: 'day', spentMicros: 200_000, remainingMicros: 800_000 },
+    ]);
+    b.close();
+  });
+
+  it('two handles on one file see each other at once (as two processes would)', () => {
+    const path = fresh();
+    const a = new FileLedger({ path });
+    const b = new FileLedger({ path });
+    expect(a.reserve([entry({ estimateMicros: 600_000 })], 10).ok).toBe(true);
+    expect(b.reserve([entry({ estimateMicros: 600_000 })], 11)).toMatchObject({
+      ok: false,
+      reservedMicros: 600_000,
+    });
+    a.close();
+    b.close();
+  });
+
+  it('uses WAL with synchronous=NORMAL and a busy timeout', () => {
+    const path = fresh();
+    new FileLedger({ path, busyTimeoutMs: 1234 }).close();
+    const db = new Database(path);
+    expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
+    expect(db.pragma('user_version', { simple: true })).toBe(LEDGER_SCHEMA_VERSION);
+    db.close();
+  });
+
+  it.each([
+    [
+      'garbage bytes',
+      Buffer.from('this is not a database, just some text that someone wrote here\n'.repeat(100)),
+    ],
+    ['a truncated SQLite header', Buffer.from('SQLite format 3\u0000garbage')],
+    ['random binary', Buffer.from(Array.from({ length: 8192 }, (_, i) => (i * 7919) % 251))],
+  ])('a file of %s -> LedgerCorruptError naming the path, file untouched', (_name, bytes) => {
+    const path = fresh();
+    new FileLedger({ path }).close(); // makes the directory
+    rmSync(path);
+    for (const f of readdirSync(join(path, '..'))) rmSync(join(path, '..', f));
+    writeFileSync(path, bytes);
+    const before = fingerprint(path);
+    const error = openError(path);
+    expect(error).toBeInstanceOf(LedgerCorruptError);
+    expect(isTollgateError(error) && error.code).toBe('ERR_LEDGER_CORRUPT');
+    expect((error as LedgerCorruptError).path).toBe(path);
+    expect((error as Error).message).toContain(path);
+    expect(fingerprint(path)).toEqual(before);
+    expect(readdirSync(join(path, '..'))).toEqual(['ledger.sqlite']);
+  });
+
+  it('a damaged page in a real ledger -> LedgerCorruptError, file untouched', () => {
+    const path = fresh();
+    const ledger = new FileLedger({ path });
+    for (let i = 0; i < 300; i++) ledger.reserve([entry({ budgetId: `b${i}`, estimateMicros: 1 })], i);
+    ledger.close();
+    const db = new Database(path);
+    db.pragma('wal_checkpoint(TRUNCATE)');
+    db.pragma('journal_mode = DELETE');
+    db.close();
+    const bytes = readFileSync(path);
+    // Overwrite the middle of the second page onwards (page 1 holds the header and schema).
+    const pageSize = bytes.readUInt16BE(16);
+    bytes.fill(0xab, pageSize + 8, Math.min(bytes.length, pageSize * 3));
+    writeFileSync(path, bytes);
+    const before = fingerprint(path);
+    expect(openError(path)).toBeInstanceOf(LedgerCorruptError);
+    expect(fingerprint(path)).toEqual(before);
+  });
+
+  it('another program SQLite database is not taken over', () => {
+    const path = fresh();
+    new FileLedger({ path }).close();
+    rmSync(path);
+    for (const f of readdirSync(join(path, '..'))) rmSync(join(path, '..', f));
+    const db = new Database(path);
+    db.exec('CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES (1)');
+    db.close();
+    const before = fingerprint(path);
+    expect(openError(path)).toMatchObject({
+      code: 'ERR_LEDGER_CORRUPT',
+      message: expect.stringMatching(/not a tollgate ledger/),
+    });
+    expect(fingerprint(path)).toEqual(before);
+  });
+
+  it('a ledger written by a newer schema is refused, not downgraded', () => {
+    const path = fresh();
+    new FileLedger({ path }).close();
+    const db = new Database(path);
+    db.pragma(`user_version = ${LEDGER_SCHEMA_VERSION + 1}`);
+    db.close();
+    expect(openError(path)).toMatchObject({
+      code: 'ERR_LEDGER_CORRUPT',
+      message: expect.stringMatching(/newer tollgate/),
+    });
+  });
+
+  it('an empty file becomes a new ledger', () => {
+    const path = fresh();
+    new FileLedger({ path }).close();
+    rmSync(path);
+    writeFileSync(path, '');
+    const ledger = new FileLedger({ path });
+    expect(ledger.snapshot(0)).toEqual([]);
+    ledger.close();
+  });
+
+  it('the default path is .tollgate/ledger.sqlite under the working directory', () => {
+    expect(defaultLedgerPath('/srv/app')).toBe('/srv/app/.tollgate/ledger.sqlite');
+    expect(defaultLedgerPath()).toBe(join(process.cwd(), '.tollgate', 'ledger.sqlite'));
+  });
+
+  it('rejects bad options by name', () => {
+    expect(() => new FileLedger({ path: fresh(), busyTimeoutMs: -1 })).toThrow(/`ledger.busyTimeoutMs`/);
+    expect(() => new FileLedger({ path: '' })).toThrow(/`ledger.path`/);
+    // biome-ignore lint/suspicious/noExplicitAny: testing a wrong type on purpose
+    expect(() => new FileLedger({ path: fresh(), synchronous: 'off' as any })).toThrow(
+      /`ledger.synchronous`/,
+    );
+  });
+
+  it('rolling spend leaves the table once out of the window (the log stays small)', () => {
+    const path = fresh();
+    const ledger = new FileLedger({ path });
+    const rolling = (now: number): LedgerEntry => ({
+      budgetId: 'r',
+      windowStart: now - 1_000,
+      windowEnd: now,
+      rollingMs: 1_000,
+      limitMicros: 1_000_000,
+      estimateMicros: 10,
+      expiresAt: now + 60_000,
+    });
+    for (let now = 0; now < 20_000; now += 10) {
+      const r = ledger.reserve([rolling(now)], now);
+      if (r.ok) ledger.settle(r.reservationId, 10, now);
+    }
+    ledger.close();
+    const db = new Database(path, { readonly: true });
+    const rows = (db.prepare('SELECT count(*) AS n FROM rolling_log').get() as { n: number }).n;
+    db.close();
+    expect(rows).toBeLessThanOrEqual(110);
+    expect(existsSync(path)).toBe(true);
+  });
+});
