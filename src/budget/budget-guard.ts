@@ -1,0 +1,474 @@
+/**
+ * The budget guard: what the gate asks before sending a paid call. It reserves the call's estimated
+ * cost on every budget that applies (all or nothing), and settles or releases it afterwards.
+ *
+ *   const guard = createBudgetGuard({ budgets: [{ limit: 5, period: 'day' }, { limit: 50, period: 'month' }] });
+ *   const reservation = guard.reserve(costMicros, key);  // throws BudgetExceededError: do not send
+ *   try { response = await send(); guard.settle(reservation, actualMicros); }
+ *   catch (e) { notSent ? guard.release(reservation) : guard.settle(reservation, reservation.estimateMicros); }
+ *
+ * Amounts on this API are integer micro-units (1 USD = 1_000_000); convert with `unitsToMicros`,
+ * `parseMoney` or a `CostModel`.
+ */
+
+import { type Clock, systemClock } from '../clock.js';
+import { InvalidCostError } from '../errors.js';
+import { fn, integer, invalid, oneOf, plainObject } from '../validate.js';
+import {
+  type Budget,
+  type BudgetSpec,
+  budgetIdFor,
+  budgetKeyOf,
+  budgetNameOf,
+  crossedThresholds,
+  normalizeBudget,
+} from './budget.js';
+import { BudgetExceededError, type BudgetRefusal } from './errors.js';
+import { FileLedger, type FileLedgerOptions } from './file-ledger.js';
+import type { Ledger, LedgerEntry, LedgerTotals, LedgerWindow } from './ledger.js';
+import { MemoryLedger } from './memory-ledger.js';
+import { checkMicros } from './money.js';
+import { describePeriod, type PeriodWindow, periodWindow } from './period.js';
+
+/** A threshold crossed: committed spend (spent + reserved) reached `threshold` of the limit. */
+export interface ThresholdEvent {
+  readonly budget: string;
+  readonly key: string | undefined;
+  readonly budgetId: string;
+  readonly currency: string;
+  /** The fraction crossed, e.g. `0.8`. */
+  readonly threshold: number;
+  readonly spentMicros: number;
+  readonly reservedMicros: number;
+  readonly limitMicros: number;
+  /** Calendar: the period's end. Rolling: undefined (the window slides). */
+  readonly resetAt: number | undefined;
+  /** When it was crossed (the guard's clock). */
+  readonly at: number;
+}
+
+export interface BudgetGuardOptions {
+  /** One budget or several; a call must fit all that apply. Names must be distinct. */
+  budgets: BudgetSpec | readonly BudgetSpec[];
+  /**
+   * Where spend is recorded: `'file'` (the default: a SQLite file at `defaultLedgerPath()`, shared by
+   * processes and kept across runs; needs `better-sqlite3`), `{ path }` (a file ledger elsewhere, plus
+   * other `FileLedgerOptions`), `'memory'` (this process only), or any `Ledger`.
+   * @default 'file'
+   */
+  ledger?: Ledger | 'file' | 'memory' | FileLedgerOptions;
+  /** @default systemClock */
+  clock?: Pick<Clock, 'now'>;
+  /**
+   * What a gate does with a call that does not fit: `'refuse'` rejects it at once with
+   * `BudgetExceededError`; `'wait'` waits until `retryAt` (the next period, or when enough rolling
+   * spend leaves the window) if that is within the call's deadline, else rejects. The guard itself
+   * never waits: it reports `retryAt`, the gate decides.
+   * @default 'refuse'
+   */
+  onExceeded?: 'refuse' | 'wait';
+  /** Called when committed spend crosses a threshold (each once per period per budget and key). */
+  onThreshold?: (event: ThresholdEvent) => void;
+  /**
+   * A reservation not settled or released this long after it was made is reported as spent at its
+   * estimate (its process likely died after sending). It keeps counting against the cap either way
+   * until its window ends. Integer >= 1.
+   * @default 900_000 (15 minutes)
+   */
+  reservationTtlMs?: number;
+}
+
+/** A call's hold on its budgets, from `reserve` until `settle` or `release`. */
+export interface BudgetReservation {
+  /** The ledger's reservation id. */
+  readonly id: string;
+  readonly estimateMicros: number;
+  readonly key: string | undefined;
+  /** The ledger ids held: budget names, or `name[key]` for per-key budgets. */
+  readonly budgetIds: readonly string[];
+  readonly reservedAt: number;
+  readonly expiresAt: number;
+}
+
+export type BudgetDecision =
+  | { readonly ok: true; readonly reservation: BudgetReservation }
+  | ({ readonly ok: false } & BudgetRefusal);
+
+/** One budget's (and key's) spend in its current window. */
+export interface BudgetSpend {
+  readonly budget: string;
+  readonly key: string | undefined;
+  readonly budgetId: string;
+  readonly currency: string;
+  /** `'day'`, `'month Europe/Berlin'`, `'rolling 3600000ms'`. */
+  readonly period: string;
+  /** Settled spend, plus reservations past their TTL at their estimate. */
+  readonly spentMicros: number;
+  /** Reservations in flight. */
+  readonly reservedMicros: number;
+  readonly limitMicros: number;
+  /** `max(0, limit - spent - reserved)`. */
+  readonly remainingMicros: number;
+  readonly windowStart: number;
+  /** Calendar: when the period ends. Rolling: when the oldest counted spend leaves the window. */
+  readonly resetAt: number;
+}
+
+interface FiredState {
+  windowStart: number;
+  // Per threshold index: when it fired (rolling budgets fire again a full window later).
+  firedAt: (number | undefined)[];
+}
+
+/** Validate options and build a guard. Throws `InvalidOptionError` naming the bad option. */
+export function createBudgetGuard(options: BudgetGuardOptions): BudgetGuard {
+  return new BudgetGuard(options);
+}
+
+export class BudgetGuard {
+  readonly budgets: readonly Budget[];
+  /** The currency every amount is counted in (shared by all budgets). */
+  readonly currency: string;
+  readonly onExceeded: 'refuse' | 'wait';
+  readonly reservationTtlMs: number;
+  readonly ledger: Ledger;
+  private readonly ownsLedger: boolean;
+  private readonly clock: Pick<Clock, 'now'>;
+  private readonly listeners = new Set<(event: ThresholdEvent) => void>();
+  private readonly windows: (PeriodWindow | undefined)[];
+  private readonly fired = new Map<string, FiredState>();
+
+  constructor(options: BudgetGuardOptions) {
+    const o: { [K in keyof BudgetGuardOptions]?: unknown } & Record<string, unknown> = plainObject(
+      'options',
+      options,
+    );
+    for (const key of Object.keys(o)) {
+      if (!['budgets', 'ledger', 'clock', 'onExceeded', 'onThreshold', 'reservationTtlMs'].includes(key)) {
+        throw invalid(
+          key,
+          'not set (known: budgets, ledger, clock, onExceeded, onThreshold, reservationTtlMs)',
+          o[key],
+        );
+      }
+    }
+    const specs = o.budgets;
+    if (specs === undefined) throw invalid('budgets', 'a budget or an array of budgets', specs);
+    const list = Array.isArray(specs) ? specs : [specs];
+    if (list.length === 0) throw invalid('budgets', 'at least one budget', specs);
+    const budgets = list.map((spec, i) =>
+      normalizeBudget(Array.isArray(specs) ? `budgets[${i}]` : 'budget', spec),
+    );
+    const names = new Set<string>();
+    budgets.forEach((b, i) => {
+      if (names.has(b.name))
+        throw invalid(`budgets[${i}].name`, "distinct from the other budgets' names", b.name);
+      names.add(b.name);
+      if (b.currency !== budgets[0]!.currency) {
+        throw invalid(
+          `budgets[${i}].currency`,
+          `the same currency as the first budget (${budgets[0]!.currency})`,
+          b.currency,
+        );
+      }
+    });
+    this.budgets = Object.freeze(budgets);
+    this.currency = budgets[0]!.currency;
+    this.onExceeded = oneOf('onExceeded', o.onExceeded ?? 'refuse', ['refuse', 'wait']);
+    this.reservationTtlMs = integer('reservationTtlMs', o.reservationTtlMs ?? 900_000, 1);
+    const clock = o.clock ?? systemClock;
+    if (typeof clock !== 'object' || clock === null || typeof (clock as Clock).now !== 'function') {
+      throw invalid('clock', 'an object with a now() method', clock);
+    }
+    this.clock = clock as Pick<Clock, 'now'>;
+    if (o.onThreshold !== undefined)
+      this.listeners.add(fn('onThreshold', o.onThreshold) as (e: ThresholdEvent) => void);
+    this.windows = budgets.map(() => undefined);
+
+    const ledger = o.ledger ?? 'file';
+    if (ledger === 'memory') {
+      this.ledger = new MemoryLedger();
+      this.ownsLedger = true;
+    } else if (ledger === 'file') {
+      this.ledger = new FileLedger();
+      this.ownsLedger = true;
+    } else if (isLedger(ledger)) {
+      this.ledger = ledger;
+      this.ownsLedger = false;
+    } else if (typeof ledger === 'object' && ledger !== null && !Array.isArray(ledger)) {
+      this.ledger = new FileLedger(ledger as FileLedgerOptions);
+      this.ownsLedger = true;
+    } else {
+      throw invalid('ledger', "'file', 'memory', { path } or a Ledger", ledger);
+    }
+  }
+
+  /** Subscribe to threshold events; returns a function that unsubscribes. */
+  onThreshold(listener: (event: ThresholdEvent) => void): () => void {
+    fn('listener', listener);
+    this.listeners.add(listener);
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+
+  /**
+   * Reserve `estimateMicros` on every budget that applies to `key`, all or nothing. A refusal is a
+   * value carrying the numbers and `retryAt`. Throws `InvalidCostError` for an estimate that is not
+   * an integer >= 0.
+   */
+  tryReserve(estimateMicros: number, key?: string, now: number = this.clock.now()): BudgetDecision {
+    checkMicros(estimateMicros, 'estimateMicros');
+    if (key !== undefined && typeof key !== 'string') {
+      throw new InvalidCostError(`key must be a string or undefined, got ${typeof key}`);
+    }
+    const expiresAt = now + this.reservationTtlMs;
+    const entries: LedgerEntry[] = [];
+    for (let i = 0; i < this.budgets.length; i++) {
+      const budget = this.budgets[i]!;
+      const window = this.windowAt(i, now);
+      entries.push({
+        budgetId: budgetIdFor(budget, key),
+        windowStart: window.startMs,
+        windowEnd: window.endMs,
+        rollingMs: budget.period.kind === 'rolling' ? budget.period.rollingMs : undefined,
+        limitMicros: budget.limitMicros,
+        estimateMicros,
+        expiresAt,
+      });
+    }
+    const result = this.ledger.reserve(entries, now);
+    if (!result.ok) {
+      const budget =
+        this.budgets[entries.findIndex((e) => e.budgetId === result.budgetId)] ?? this.budgets[0]!;
+      return {
+        ok: false,
+        budget: budget.name,
+        key: budget.perKey ? (key ?? '') : undefined,
+        budgetId: result.budgetId,
+        currency: this.currency,
+        spentMicros: result.spentMicros,
+        reservedMicros: result.reservedMicros,
+        limitMicros: result.limitMicros,
+        estimateMicros,
+        resetAt: result.resetAt,
+        retryAt: result.retryAt,
+      };
+    }
+    if (this.listeners.size > 0 && estimateMicros > 0)
+      this.checkThresholds(result.totals, estimateMicros, now);
+    return {
+      ok: true,
+      reservation: Object.freeze({
+        id: result.reservationId,
+        estimateMicros,
+        key,
+        budgetIds: Object.freeze(entries.map((e) => e.budgetId)),
+        reservedAt: now,
+        expiresAt,
+      }),
+    };
+  }
+
+  /**
+   * Like `tryReserve`, but a refusal throws `BudgetExceededError` (the call must not be sent).
+   */
+  reserve(estimateMicros: number, key?: string, now: number = this.clock.now()): BudgetReservation {
+    const decision = this.tryReserve(estimateMicros, key, now);
+    if (!decision.ok) throw new BudgetExceededError(decision);
+    return decision.reservation;
+  }
+
+  /**
+   * The call was sent and cost `actualMicros`: the estimate is refunded or the difference charged
+   * (an extra charge may take spend past the limit; see `budget.ts`). If the actual cost is unknown,
+   * settle at `reservation.estimateMicros`. Returns false if the reservation was already settled,
+   * released, or reset. Throws `InvalidCostError` for an amount that is not an integer >= 0.
+   */
+  settle(reservation: BudgetReservation, actualMicros: number, now: number = this.clock.now()): boolean {
+    checkMicros(actualMicros, 'actualMicros');
+    const result = this.ledger.settle(reservation.id, actualMicros, now);
+    const extra = actualMicros - reservation.estimateMicros;
+    if (result.found && extra > 0 && this.listeners.size > 0) this.checkThresholds(result.totals, extra, now);
+    return result.found;
+  }
+
+  /** The call was not sent: give its reservation back. Returns false if already settled or released. */
+  release(reservation: BudgetReservation, now: number = this.clock.now()): boolean {
+    return this.ledger.release(reservation.id, now).found;
+  }
+
+  /**
+   * Spend per budget in its current window: every budget, and for per-key budgets every key with
+   * spend recorded in the window.
+   */
+  spend(now: number = this.clock.now()): BudgetSpend[] {
+    const snapshot = this.ledger.snapshot(now);
+    const out: BudgetSpend[] = [];
+    for (let i = 0; i < this.budgets.length; i++) {
+      const budget = this.budgets[i]!;
+      const window = this.windowAt(i, now);
+      const rollingMs = budget.period.kind === 'rolling' ? budget.period.rollingMs : undefined;
+      const matches = snapshot.filter(
+        (w) =>
+          budgetNameOf(w.budgetId) === budget.name &&
+          (budget.perKey ? w.budgetId !== budget.name : w.budgetId === budget.name) &&
+          (rollingMs === undefined
+            ? w.rollingMs === undefined && w.windowStart === window.startMs && w.windowEnd === window.endMs
+            : w.rollingMs === rollingMs),
+      );
+      for (const w of matches) {
+        // Per-key: list keys with something counted (a refused first call leaves an empty window).
+        if (budget.perKey && w.spentMicros === 0 && w.reservedMicros === 0) continue;
+        out.push(this.spendOf(budget, w));
+      }
+      if (!budget.perKey && matches.length === 0) {
+        out.push(
+          this.spendOf(budget, {
+            budgetId: budget.name,
+            windowStart: window.startMs,
+            windowEnd: window.endMs,
+            rollingMs,
+            spentMicros: 0,
+            reservedMicros: 0,
+            limitMicros: budget.limitMicros,
+            remainingMicros: budget.limitMicros,
+            resetAt: rollingMs === undefined ? window.endMs : now,
+          }),
+        );
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Forget recorded spend: of budget `name` (with all its keys; or one key as `name[key]`), or of
+   * every budget of this guard. Reservations in flight are forgotten too.
+   */
+  reset(name?: string): void {
+    if (name === undefined) for (const b of this.budgets) this.ledger.reset(b.name);
+    else {
+      if (typeof name !== 'string' || !this.budgets.some((b) => b.name === budgetNameOf(name))) {
+        throw invalid(
+          'name',
+          `one of this guard's budgets (${this.budgets.map((b) => b.name).join(', ')})`,
+          name,
+        );
+      }
+      this.ledger.reset(name);
+    }
+    for (const id of this.fired.keys()) {
+      if (name === undefined || id === name || id.startsWith(`${name}[`)) this.fired.delete(id);
+    }
+  }
+
+  /** Close the ledger if the guard opened it (not one passed in). */
+  close(): void {
+    if (this.ownsLedger) this.ledger.close();
+  }
+
+  // The budget's window at `now`, cached until it ends (calendar windows cost Intl calls in a zone).
+  private windowAt(i: number, now: number): PeriodWindow {
+    const budget = this.budgets[i]!;
+    if (budget.period.kind === 'rolling') return periodWindow(budget.period, now);
+    const cached = this.windows[i];
+    if (cached !== undefined && cached.startMs <= now && now < cached.endMs) return cached;
+    const window = periodWindow(budget.period, now);
+    this.windows[i] = window;
+    return window;
+  }
+
+  private spendOf(budget: Budget, w: LedgerWindow): BudgetSpend {
+    return {
+      budget: budget.name,
+      key: budget.perKey ? budgetKeyOf(w.budgetId) : undefined,
+      budgetId: w.budgetId,
+      currency: budget.currency,
+      period: describePeriod(budget.period),
+      spentMicros: w.spentMicros,
+      reservedMicros: w.reservedMicros,
+      limitMicros: budget.limitMicros,
+      remainingMicros: Math.max(0, budget.limitMicros - w.spentMicros - w.reservedMicros),
+      windowStart: w.windowStart,
+      resetAt: w.resetAt,
+    };
+  }
+
+  // `totals` are after a change of +deltaMicros in committed spend on each budget they list.
+  private checkThresholds(totals: readonly LedgerTotals[], deltaMicros: number, now: number): void {
+    for (const t of totals) {
+      const i = this.budgets.findIndex((b) => b.name === budgetNameOf(t.budgetId));
+      const budget = this.budgets[i];
+      if (budget === undefined) continue;
+      const after = t.spentMicros + t.reservedMicros;
+      const crossed = crossedThresholds(budget.thresholdMicros, after - deltaMicros, after);
+      if (crossed.length === 0) continue;
+      const rolling = budget.period.kind === 'rolling';
+      const window = this.windowAt(i, now);
+      const windowStart = rolling ? 0 : window.startMs;
+      let state = this.fired.get(t.budgetId);
+      if (state === undefined || state.windowStart !== windowStart) {
+        state = { windowStart, firedAt: [] };
+        this.fired.set(t.budgetId, state);
+        if (this.fired.size > 10_000) this.forgetOldThresholds(now);
+      }
+      for (const index of crossed) {
+        const last = state.firedAt[index];
+        // Once per period; a rolling window has no period, so once per window length.
+        if (
+          last !== undefined &&
+          !(rolling && budget.period.kind === 'rolling' && now - last >= budget.period.rollingMs)
+        ) {
+          continue;
+        }
+        state.firedAt[index] = now;
+        this.emit({
+          budget: budget.name,
+          key: budget.perKey ? budgetKeyOf(t.budgetId) : undefined,
+          budgetId: t.budgetId,
+          currency: budget.currency,
+          threshold: budget.thresholds[index]!,
+          spentMicros: t.spentMicros,
+          reservedMicros: t.reservedMicros,
+          limitMicros: budget.limitMicros,
+          resetAt: rolling ? undefined : window.endMs,
+          at: now,
+        });
+      }
+    }
+  }
+
+  private forgetOldThresholds(now: number): void {
+    for (const [id, state] of this.fired) {
+      const i = this.budgets.findIndex((b) => b.name === budgetNameOf(id));
+      const budget = this.budgets[i];
+      if (
+        budget === undefined ||
+        (budget.period.kind === 'calendar' && state.windowStart !== this.windowAt(i, now).startMs)
+      ) {
+        this.fired.delete(id);
+      }
+    }
+  }
+
+  private emit(event: ThresholdEvent): void {
+    for (const listener of this.listeners) {
+      try {
+        listener(event);
+      } catch (error) {
+        // A listener's bug must not undo or block accounting: surface it outside this call.
+        queueMicrotask(() => {
+          throw error;
+        });
+      }
+    }
+  }
+}
+
+function isLedger(value: unknown): value is Ledger {
+  if (typeof value !== 'object' || value === null) return false;
+  const v = value as Record<string, unknown>;
+  return ['reserve', 'settle', 'release', 'snapshot', 'reset', 'close'].every(
+    (m) => typeof v[m] === 'function',
+  );
+}
