@@ -248,9 +248,10 @@ describe('thresholds', () => {
   });
 
   it('an extra charge at settle can cross a threshold; custom thresholds; listeners can unsubscribe', () => {
-    const { guard } = guardWith({
+    const guard = createBudgetGuard({
       budgets: { name: 'd', limit: 10, period: 'day', thresholds: [0.9, 0.25] },
-      onThreshold: undefined,
+      ledger: 'memory',
+      clock: new ManualClock(T0),
     });
     const seen: number[] = [];
     const stop = guard.onThreshold((e) => seen.push(e.threshold));
