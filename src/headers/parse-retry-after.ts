@@ -86,8 +86,9 @@ function maxOfMembers(
   return max;
 }
 
-/** A difference of two instants as a wait: rounded up to whole ms, past -> 0, never NaN. */
-export function clampWait(differenceMs: number): number | undefined {
-  if (!Number.isFinite(differenceMs)) return undefined;
-  return differenceMs <= 0 ? 0 : Math.ceil(differenceMs);
+/** A difference of two instants as a wait: rounded up to whole ms, past -> 0, unsafe -> undefined. */
+function clampWait(differenceMs: number): number | undefined {
+  if (differenceMs <= 0) return 0;
+  const wait = Math.ceil(differenceMs);
+  return Number.isSafeInteger(wait) ? wait : undefined;
 }
