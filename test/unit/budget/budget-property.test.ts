@@ -40,7 +40,7 @@ describe('budget accounting (property)', () => {
           a: { spent: 0, reserved: 0 },
           b: { spent: 0, reserved: 0 },
         };
-        const spend = () => Object.fromEntries(guard.spend().map((s) => [s.budgetId, s]));
+        const spend = () => new Map(guard.spend().map((s) => [s.budgetId, s]));
         for (const o of ops) {
           if (o.kind === 'reserve') {
             const k = model[o.key];
@@ -54,7 +54,8 @@ describe('budget accounting (property)', () => {
               k.reserved += o.estimateMicros;
               // At admission, committed spend never exceeds either limit.
               const s = spend();
-              const committed = (id: string) => (s[id]?.spentMicros ?? 0) + (s[id]?.reservedMicros ?? 0);
+              const committed = (id: string) =>
+                (s.get(id)?.spentMicros ?? 0) + (s.get(id)?.reservedMicros ?? 0);
               expect(committed('all')).toBeLessThanOrEqual(1_000_000);
               expect(committed(`key[${o.key}]`)).toBeLessThanOrEqual(600_000);
             }
@@ -72,12 +73,13 @@ describe('budget accounting (property)', () => {
             }
           }
           const s = spend();
-          expect(s['all']).toMatchObject({
+          const all = s.get('all');
+          expect(all).toMatchObject({
             spentMicros: model.all.spent,
             reservedMicros: model.all.reserved,
           });
           for (const key of ['a', 'b'] as const) {
-            const seen = s[`key[${key}]`];
+            const seen = s.get(`key[${key}]`);
             expect(seen?.spentMicros ?? 0).toBe(model[key].spent);
             expect(seen?.reservedMicros ?? 0).toBe(model[key].reserved);
           }
