@@ -104,7 +104,7 @@ function namedPolicies(value: string): Map<string, Policy> | undefined {
   const policies = new Map<string, Policy>();
   for (const member of list) {
     const [bare, parameters] = member;
-    if (typeof bare === 'number' && !Array.isArray(bare)) continue;
+    if (typeof bare === 'number') continue; // a draft-04..07 policy, not a named one
     const id = itemId(bare);
     if (id === undefined) return undefined;
     const quota = parameters.get('q');

@@ -66,7 +66,7 @@ export function parseRateLimitHeaders(
   // Explicit directives: every one is read and the maximum wins (P5), never retry before any of them.
   let retryAfterMs: number | undefined;
   const addWait = (ms: unknown) => {
-    const wait = sanitizeCount(ms);
+    const wait = sanitizeDuration(ms);
     if (wait !== undefined && (retryAfterMs === undefined || wait > retryAfterMs)) retryAfterMs = wait;
   };
   for (const directive of retryDirectives) {
@@ -145,9 +145,9 @@ function rawWindowsFromNames(
   const windows = new Map<string, RawWindow>();
   const compound: RawWindow[] = [];
   for (const [name, value] of fields) {
-    const rule = windowRules.find((candidate) => candidate.name.test(name));
-    if (rule !== undefined) {
-      addField(windows, rule, name, value, resetFormats);
+    const named = matchWindowRule(name);
+    if (named !== undefined) {
+      addField(windows, named.rule, named.groups, name, value, resetFormats);
       continue;
     }
     for (const compoundRule of compoundRules) {
@@ -175,14 +175,23 @@ function rawWindowsFromNames(
   return [...windows.values(), ...compound];
 }
 
+/** The first window rule owning a header name, with its named groups. */
+function matchWindowRule(name: string): { rule: WindowRule; groups: Record<string, string> } | undefined {
+  for (const rule of windowRules) {
+    const match = rule.name.exec(name);
+    if (match !== null) return { rule, groups: match.groups ?? {} };
+  }
+  return undefined;
+}
+
 function addField(
   windows: Map<string, RawWindow>,
   rule: WindowRule,
+  groups: Readonly<Record<string, string>>,
   name: string,
   value: string,
   resetFormats: Readonly<Record<string, ResetFormat>> | undefined,
 ): void {
-  const groups = rule.name.exec(name)?.groups ?? {};
   const { field: fieldText = '', key: groupKey } = groups;
   const field = rule.fields[fieldText];
   const key = groupKey ?? rule.key ?? name;
@@ -235,10 +244,11 @@ function sanitizePolicy(policy: unknown): RateLimitPolicy | undefined {
   let remaining = sanitizeCount(candidate.remaining);
   if (limit === undefined && remaining === undefined) return undefined;
   if (limit !== undefined && remaining !== undefined && remaining > limit) remaining = limit;
-  const resetMs = sanitizeCount(candidate.resetMs);
-  const windowMs = sanitizeCount(candidate.windowMs);
+  const resetMs = sanitizeDuration(candidate.resetMs);
+  const windowMs = sanitizeDuration(candidate.windowMs);
   const { unit, source, name } = candidate;
   return {
+    // A window without a unit counts requests, the default unit everywhere in tollgate.
     unit: typeof unit === 'string' && unit !== '' ? unit.slice(0, maxNameChars) : 'requests',
     ...(limit === undefined ? {} : { limit }),
     ...(remaining === undefined ? {} : { remaining }),
@@ -249,10 +259,19 @@ function sanitizePolicy(policy: unknown): RateLimitPolicy | undefined {
   };
 }
 
-/** A non-negative finite number, rounded up to a whole count (a wait is never shortened), if safe. */
+/** A count (limit, remaining): a non-negative finite number floored like header counts (P12), if safe. */
 function sanitizeCount(value: unknown): number | undefined {
+  return wholeOrUndefined(value, Math.floor);
+}
+
+/** A duration in ms: a non-negative finite number rounded up (a wait is never shortened), if safe. */
+function sanitizeDuration(value: unknown): number | undefined {
+  return wholeOrUndefined(value, Math.ceil);
+}
+
+function wholeOrUndefined(value: unknown, round: (value: number) => number): number | undefined {
   if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) return undefined;
-  const whole = Math.ceil(value);
+  const whole = round(value);
   return Number.isSafeInteger(whole) ? whole : undefined;
 }
 

@@ -245,6 +245,17 @@ describe('custom body readers', () => {
     });
   });
 
+  it('floors counts and rounds durations up, as for headers', () => {
+    const fractional: BodyReader = () => ({
+      retryAfterMs: 1.2,
+      policies: [{ unit: 'requests', limit: 10.9, remaining: 5.9, resetMs: 0.1, source: 'acme' }],
+    });
+    expect(parseRateLimitHeaders(200, {}, { now, body: {}, bodyReaders: [fractional] })).toEqual({
+      retryAfterMs: 2,
+      policies: [{ unit: 'requests', limit: 10, remaining: 5, resetMs: 1, source: 'acme' }],
+    });
+  });
+
   it('is misuse to pass readers that are not functions', () => {
     expect(() => parseRateLimitHeaders(200, {}, { now, bodyReaders: ['x' as never] })).toThrow(/bodyReaders/);
   });

@@ -1,3 +1,5 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import { AxiosHeaders } from 'axios';
 import { describe, expect, it } from 'vitest';
 import { normalizeHeaders } from '../../../src/headers/headers-like.js';
 import { parseRateLimitHeaders } from '../../../src/headers/index.js';
@@ -13,6 +15,16 @@ describe('header containers', () => {
     expect(waitOf({ 'Retry-After': '5' })).toBe(5000);
     expect(waitOf([['retry-after', '5']])).toBe(5000);
     expect(waitOf(new Map([['retry-after', ['5', '9']]]))).toBe(9000);
+  });
+
+  it("accepts Node's IncomingHttpHeaders and axios' AxiosHeaders as they come", () => {
+    const node: IncomingHttpHeaders = { 'retry-after': '5', 'set-cookie': ['a=1', 'b=2'] };
+    expect(waitOf(node)).toBe(5000);
+    const axios = new AxiosHeaders({ 'Retry-After': '6', 'X-RateLimit-Remaining': 3 });
+    expect(waitOf(axios)).toBe(6000);
+    expect(parseRateLimitHeaders(200, axios, { now }).policies).toEqual([
+      { unit: 'requests', remaining: 3, source: 'x-ratelimit' },
+    ]);
   });
 
   it('joins repeated lines with ", " like Headers#get()', () => {
