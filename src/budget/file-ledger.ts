@@ -177,8 +177,15 @@ export class FileLedger implements Ledger {
     const synchronous = oneOf('ledger.synchronous', options.synchronous ?? 'normal', ['normal', 'full']);
     this.path = resolve(path);
     const Database = loadSqlite();
-    if (!existsSync(dirname(this.path))) mkdirSync(dirname(this.path), { recursive: true });
-    const fresh = !existsSync(this.path) || statSync(this.path).size === 0;
+    let fresh: boolean;
+    try {
+      if (!existsSync(dirname(this.path))) mkdirSync(dirname(this.path), { recursive: true });
+      fresh = !existsSync(this.path) || statSync(this.path).size === 0;
+    } catch (error) {
+      throw new StoreUnavailableError(`Cannot create ledger file ${this.path}: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
 
     let db: BetterSqlite3.Database;
     try {

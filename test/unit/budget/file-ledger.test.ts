@@ -162,6 +162,14 @@ describe('FileLedger', () => {
     expect(defaultLedgerPath()).toBe(join(process.cwd(), '.tollgate', 'ledger.sqlite'));
   });
 
+  it('an unusable location is a StoreUnavailableError naming the path', () => {
+    const blocker = join(dir, `blocker${n++}`);
+    writeFileSync(blocker, 'a file where a directory should be');
+    expect(() => new FileLedger({ path: join(blocker, 'sub', 'ledger.sqlite') })).toThrow(
+      expect.objectContaining({ code: 'ERR_STORE_UNAVAILABLE', message: expect.stringContaining(blocker) }),
+    );
+  });
+
   it('rejects bad options by name', () => {
     expect(() => new FileLedger({ path: fresh(), busyTimeoutMs: -1 })).toThrow(/`ledger.busyTimeoutMs`/);
     expect(() => new FileLedger({ path: '' })).toThrow(/`ledger.path`/);
