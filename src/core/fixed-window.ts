@@ -3,8 +3,8 @@ import type { LimitCore } from './limit.js';
 import { normalizeLimitSpec, type SpecFor } from './normalize-limit-spec.js';
 
 /**
- * State of a fixed window: the latest window that holds a take, and two counts.
- * Plain numbers only, so it serializes as JSON as is.
+ * State of a fixed window: the latest window that holds a take, and the units of it and the window
+ * before. Plain numbers only, so it serializes as JSON as is.
  */
 export interface FixedWindowState {
   /** Index of the latest window holding a take (`windowIndexAt(t, intervalMs)`). */
@@ -12,9 +12,8 @@ export interface FixedWindowState {
   /** Units taken in window `w`. */
   n: number;
   /**
-   * Units taken in window `w - 1`. Only consulted when a refund empties window `w` and the state
-   * steps back to `w - 1` (so cancelling a reservation pushed into the next window is exact).
-   * Set to `limit` (unknown: assume full) when it can no longer be known.
+   * Units taken in window `w - 1`. Consulted when window `w` is empty again after a refund, so
+   * cancelling a reservation pushed into the next window reopens the current one exactly.
    */
   p: number;
 }
@@ -26,10 +25,12 @@ export interface FixedWindowState {
  * Promise: at most `limit` units start in each aligned window. Across a window edge, two windows'
  * worth can start close together: up to `2·limit` units in an interval of length `intervalMs`.
  *
- * Takes may be recorded in the future (reservations). Calls queue behind them (FIFO): while window
- * `w` holds reservations, nothing is admitted in an earlier window. A take in window `w - 1` is added
- * to `p`; a take older than that is dropped: no admission at or after window `w - 1` depends on it
- * (and `earliestAt` never admits into such a window, so only a caller ignoring it records one).
+ * The state knows the units of windows `w` and `w - 1` (and that later windows are empty), not those
+ * of older windows. Takes may be recorded in the future (reservations) and calls queue behind them
+ * (FIFO): nothing is admitted before window `w` while it holds units, nor before `w - 1` at all
+ * (its predecessor's count is not kept, so it counts as full). A take in window `w - 1` is added to
+ * `p`; an older one is dropped: no admission depends on it (`earliestAt` never answers such a window,
+ * so only a caller ignoring it records one). `refund` subtracts from the window the take was in.
  *
  * `take`/`refund` update the state object in place and return it (use `clone` to keep a copy).
  * `capacity = limit`.
@@ -40,6 +41,17 @@ export function createFixedWindow(
 ): LimitCore<FixedWindowState> {
   const normalized = normalizeLimitSpec(spec, path, 'fixed-window');
   const { limit, intervalMs } = normalized;
+
+  /** Units in window `index`, for `index >= w - 1`. */
+  function unitsIn(state: FixedWindowState, index: number): number {
+    if (index > state.w) return 0;
+    return index === state.w ? state.n : state.p;
+  }
+
+  /** The first window a take may land in: w while it holds units (FIFO), else w - 1. */
+  function firstOpenWindow(state: FixedWindowState): number {
+    return state.n > 0 ? state.w : state.w - 1;
+  }
 
   const core: LimitCore<FixedWindowState> = {
     algorithm: 'fixed-window',
@@ -52,14 +64,11 @@ export function createFixedWindow(
     earliestAt(state, cost, now) {
       if (cost > limit) return Infinity;
       const nowWindow = windowIndexAt(now, intervalMs);
-      // The state's windows are over: a fresh window holds any cost up to the limit.
-      if (nowWindow > state.w) return now;
-      if (state.n + cost <= limit) {
-        // Fits in window w: now if that is the current window, else (FIFO) at its start.
-        return nowWindow === state.w ? now : windowStartMs(state.w, intervalMs);
-      }
-      // Window w is full for this cost: the next window is empty.
-      return windowStartMs(state.w + 1, intervalMs);
+      const firstOpen = firstOpenWindow(state);
+      let window = nowWindow > firstOpen ? nowWindow : firstOpen;
+      // At most w - 1, w and w + 1, which is empty.
+      while (unitsIn(state, window) + cost > limit) window += 1;
+      return window === nowWindow ? now : windowStartMs(window, intervalMs);
     },
     take(state, cost, at) {
       const window = windowIndexAt(at, intervalMs);
@@ -77,29 +86,21 @@ export function createFixedWindow(
     },
     refund(state, cost, at) {
       const window = windowIndexAt(at, intervalMs);
-      if (window === state.w) {
-        state.n -= cost;
-        if (state.n <= 0) {
-          // Window w is empty again: step back to w - 1, so the windows before w are no longer
-          // held behind a reservation that no longer exists. Its predecessor's count is unknown.
-          state.w -= 1;
-          state.n = state.p;
-          state.p = limit;
-        }
-      } else if (window === state.w - 1) {
-        state.p = state.p > cost ? state.p - cost : 0;
-      }
+      if (window === state.w) state.n = Math.max(state.n - cost, 0);
+      else if (window === state.w - 1) state.p = Math.max(state.p - cost, 0);
       return state;
     },
     available(state, now) {
       const nowWindow = windowIndexAt(now, intervalMs);
-      if (nowWindow > state.w) return limit;
-      if (nowWindow < state.w) return 0;
-      return state.n < limit ? limit - state.n : 0;
+      if (nowWindow < firstOpenWindow(state)) return 0;
+      return Math.max(limit - unitsIn(state, nowWindow), 0);
     },
     isIdle(state, now) {
+      // Nothing counted from now's window on, and nothing holding now's window closed.
       const nowWindow = windowIndexAt(now, intervalMs);
-      return nowWindow > state.w || (nowWindow === state.w && state.n <= 0);
+      if (nowWindow > state.w) return true;
+      if (nowWindow === state.w) return state.n <= 0;
+      return nowWindow === state.w - 1 && state.n <= 0 && state.p <= 0;
     },
     clone: (state) => ({ w: state.w, n: state.n, p: state.p }),
   };

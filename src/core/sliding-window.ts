@@ -15,17 +15,17 @@ export interface SlidingWindowState {
   /** Units taken in window `w - 1`. */
   prev: number;
   /**
-   * Units taken in window `w - 2`. Only consulted when a refund empties window `w` and the state
-   * steps back to `w - 1` (so cancelling a reservation pushed into the next window is exact).
-   * Set to `limit` (unknown: assume full) when it can no longer be known.
+   * Units taken in window `w - 2`. Consulted when window `w` is empty again after a refund (the
+   * estimate in window `w - 1` weighs it), so cancelling a reservation pushed into the next window
+   * reopens the current one exactly.
    */
   older: number;
 }
 
 /**
  * Sliding window counter (the weighted overlap Cloudflare describes): at time `t` in aligned window
- * `k`, a fraction `f` of the way through it, the estimate is `prev·(1 - f) + cur` (units of windows
- * `k - 1` and `k`), and a cost is admitted when `estimate + cost <= limit`.
+ * `k`, a fraction `f` of the way through it, the estimate is `units(k - 1)·(1 - f) + units(k)`, and
+ * a cost is admitted when `estimate + cost <= limit`.
  *
  * Promise: at most `limit` units start in each aligned window; at every admission the weighted
  * estimate including the cost is at most `limit`; any interval of length `intervalMs` holds fewer
@@ -33,9 +33,14 @@ export interface SlidingWindowState {
  * bunched at its end). Cheap and nearly exact, but not a hard bound for a paid quota: use the
  * sliding log for that.
  *
- * Calls queue behind takes recorded in the future (FIFO): while window `w` holds reservations, nothing
- * is admitted in an earlier window. Takes in windows `w - 1` and `w - 2` are added to their counts;
- * older ones are dropped (no admission at or after window `w` depends on them).
+ * The state knows the units of windows `w`, `w - 1` and `w - 2` (and that later windows are empty).
+ * Takes may be recorded in the future (reservations) and calls queue behind them (FIFO): nothing is
+ * admitted before window `w` while it holds units, nor before `w - 1` at all (its estimate would need
+ * the units of `w - 3`, which are not kept). Takes in windows `w - 1` and `w - 2` are added to their
+ * counts; older ones are dropped (no admission depends on them). `refund` subtracts from the window
+ * the take was in: exact for the latest take, except for a take landing two windows past the first
+ * open window (only a cost of the whole limit does), after whose refund that first open window
+ * stays closed (conservative: the count its estimate needs was shifted out).
  *
  * A time returned by `earliestAt` is admitted by the same test at that time: the analytic solution
  * is nudged up by an ulp at a time until the test agrees.
@@ -50,19 +55,28 @@ export function createSlidingWindow(
   const normalized = normalizeLimitSpec(spec, path, 'sliding-window');
   const { limit, intervalMs } = normalized;
 
-  /** Weighted units at `t` (ms), or Infinity when `t` lies before window `w` (FIFO). */
+  /** Units in window `index`, for `index >= w - 2`. */
+  function unitsIn(state: SlidingWindowState, index: number): number {
+    if (index > state.w) return 0;
+    if (index === state.w) return state.cur;
+    return index === state.w - 1 ? state.prev : state.older;
+  }
+
+  /** The first window a take may land in: w while it holds units (FIFO), else w - 1. */
+  function firstOpenWindow(state: SlidingWindowState): number {
+    return state.cur > 0 ? state.w : state.w - 1;
+  }
+
+  /** Weighted units at `t` (ms), or Infinity before the first open window. */
   function estimateAt(state: SlidingWindowState, t: number): number {
     // x (windows) = t (ms) / intervalMs (ms per window); its integer part is the window index and
     // its fractional part f the elapsed fraction of that window (x - floor(x) is exact).
     const x = t / intervalMs;
     const window = Math.floor(x);
-    const ahead = window - state.w;
-    if (ahead < 0) return Infinity;
-    if (ahead >= 2) return 0;
-    const remaining = 1 - (x - window);
-    // In window w: prev weighted by the part of window w - 1 still inside (t - interval, t], plus cur.
-    // In window w + 1: cur is now the previous window's count, and nothing is counted yet.
-    return ahead === 0 ? state.prev * remaining + state.cur : state.cur * remaining;
+    if (window > state.w + 1) return 0;
+    if (window < firstOpenWindow(state)) return Infinity;
+    // The previous window's units weighted by the part of it still inside (t - interval, t].
+    return unitsIn(state, window - 1) * (1 - (x - window)) + unitsIn(state, window);
   }
 
   const core: LimitCore<SlidingWindowState> = {
@@ -78,22 +92,21 @@ export function createSlidingWindow(
       if (estimateAt(state, now) + cost <= limit) return now;
       let t = now;
       let window = windowIndexAt(now, intervalMs);
-      if (window < state.w) {
-        // FIFO: behind the reservations in window w.
-        window = state.w;
+      const firstOpen = firstOpenWindow(state);
+      if (window < firstOpen) {
+        // FIFO: behind the units counted in the first open window.
+        window = firstOpen;
         t = windowStartMs(window, intervalMs);
       }
-      // At most three windows: w, w + 1, and w + 2, where nothing counts any more.
+      // At most w - 1, w, w + 1, and w + 2, where nothing counts any more.
       for (;;) {
         if (estimateAt(state, t) + cost <= limit) return t;
-        const ahead = window - state.w;
-        const weighted = ahead === 0 ? state.prev : state.cur;
-        // room (units) = what the weighted part may still be: limit - unweighted count - cost.
-        const room = limit - (ahead === 0 ? state.cur : 0) - cost;
+        const weighted = unitsIn(state, window - 1);
+        // room (units) = what the weighted part may still be: limit - this window's units - cost.
+        const room = limit - unitsIn(state, window) - cost;
         if (room >= 0 && weighted > 0) {
           // weighted·(1 - f) <= room  ⇔  f >= 1 - room / weighted; t (ms) = (window + f) × intervalMs.
-          const solvedMs = (window + 1 - room / weighted) * intervalMs;
-          if (solvedMs > t) t = solvedMs;
+          t = Math.max(t, (window + 1 - room / weighted) * intervalMs);
           // Rounding may leave the solution an ulp or two short: step up until the test agrees.
           for (let step = 0; step < 64 && windowIndexAt(t, intervalMs) === window; step++) {
             if (estimateAt(state, t) + cost <= limit) return t;
@@ -124,34 +137,23 @@ export function createSlidingWindow(
       return state;
     },
     refund(state, cost, at) {
-      const window = windowIndexAt(at, intervalMs);
-      const ahead = window - state.w;
-      if (ahead === 0) {
-        state.cur -= cost;
-        if (state.cur <= 0) {
-          // Window w is empty again: step back to w - 1, so the windows before w are no longer held
-          // behind a reservation that no longer exists. The count before `older` is unknown.
-          state.w -= 1;
-          state.cur = state.prev;
-          state.prev = state.older;
-          state.older = limit;
-        }
-      } else if (ahead === -1) {
-        state.prev = state.prev > cost ? state.prev - cost : 0;
-      } else if (ahead === -2) {
-        state.older = state.older > cost ? state.older - cost : 0;
-      }
+      const ahead = windowIndexAt(at, intervalMs) - state.w;
+      if (ahead === 0) state.cur = Math.max(state.cur - cost, 0);
+      else if (ahead === -1) state.prev = Math.max(state.prev - cost, 0);
+      else if (ahead === -2) state.older = Math.max(state.older - cost, 0);
       return state;
     },
     available(state, now) {
-      const units = limit - estimateAt(state, now);
-      return Math.max(units, 0);
+      return Math.max(limit - estimateAt(state, now), 0);
     },
     isIdle(state, now) {
-      const ahead = windowIndexAt(now, intervalMs) - state.w;
-      if (ahead >= 2) return true;
-      if (ahead === 1) return state.cur <= 0;
-      return ahead === 0 && state.cur <= 0 && state.prev <= 0;
+      // Nothing counted that weighs on now's window or later, and nothing holding it closed.
+      const nowWindow = windowIndexAt(now, intervalMs);
+      if (nowWindow < firstOpenWindow(state)) return false;
+      for (let window = nowWindow - 1; window <= state.w; window++) {
+        if (unitsIn(state, window) > 0) return false;
+      }
+      return true;
     },
     clone: (state) => ({ w: state.w, cur: state.cur, prev: state.prev, older: state.older }),
   };

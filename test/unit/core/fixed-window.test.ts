@@ -63,7 +63,7 @@ describe('fixed window', () => {
     expect(reserved.startAt).toBe(1000);
     const after = window.refund(reserved.state, 3, reserved.startAt, 300);
     expectSameAnswers(window, after, before, [300, 999, 1000, 2500], [1, 2, 3]);
-    expect(after).toEqual({ w: 0, n: 2, p: 3 });
+    expect(after).toEqual({ w: 1, n: 0, p: 2 });
   });
 
   it('cancelling the latest take in the current window is exact', () => {
