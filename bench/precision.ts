@@ -24,7 +24,10 @@ async function run(make: (rate: number) => (fn: () => void) => Promise<unknown>,
 }
 
 /** 300 calls at 100/s and at 1000/s: achieved rate and deviation of each start from the ideal schedule. */
-export async function precision(): Promise<{ markdown: string; ours: Record<number, Awaited<ReturnType<typeof run>>> }> {
+export async function precision(): Promise<{
+  markdown: string;
+  ours: Record<number, Awaited<ReturnType<typeof run>>>;
+}> {
   const rows: (string | number)[][] = [];
   const ours: Record<number, Awaited<ReturnType<typeof run>>> = {};
   for (const rate of [100, 1000]) {

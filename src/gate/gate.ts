@@ -132,7 +132,12 @@ class Partition {
   }
 }
 
-function fits(cores: readonly LimitCore[], states: unknown[], costs: readonly number[], now: number): boolean {
+function fits(
+  cores: readonly LimitCore[],
+  states: unknown[],
+  costs: readonly number[],
+  now: number,
+): boolean {
   for (let i = 0; i < cores.length; i++) {
     const cost = costs[i]!;
     if (cost !== 0 && cores[i]!.earliestAt(states[i], cost, now) > now) return false;
@@ -264,7 +269,17 @@ export class Gate {
     if (typeof fn !== 'function') return Promise.reject(invalid('fn', 'a function', fn));
     const now = this.clock.now();
     if (options === undefined) {
-      return this.submit(fn, undefined, this.defaultPartition, this.defaultG, this.defaultK, 0, this.maxQueueTimeMs, undefined, now);
+      return this.submit(
+        fn,
+        undefined,
+        this.defaultPartition,
+        this.defaultG,
+        this.defaultK,
+        0,
+        this.maxQueueTimeMs,
+        undefined,
+        now,
+      );
     }
     let gcosts = this.defaultG;
     let kcosts = this.defaultK;
@@ -291,7 +306,17 @@ export class Gate {
         throw invalid('signal', 'an AbortSignal', signal);
       }
       if (key === undefined) {
-        return this.submit(fn, options.cost, this.defaultPartition, gcosts, kcosts, priority, maxQueueTimeMs, signal, now);
+        return this.submit(
+          fn,
+          options.cost,
+          this.defaultPartition,
+          gcosts,
+          kcosts,
+          priority,
+          maxQueueTimeMs,
+          signal,
+          now,
+        );
       }
       if (typeof key !== 'string') throw invalid('key', 'a string', key);
       if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));
@@ -315,9 +340,29 @@ export class Gate {
         const partition = new Partition(key, [state]);
         if (entry === undefined) this.sweep(now);
         this.partitions.set(key, partition);
-        return this.submit(fn, options.cost, partition, gcosts, kcosts, priority, maxQueueTimeMs, signal, now);
+        return this.submit(
+          fn,
+          options.cost,
+          partition,
+          gcosts,
+          kcosts,
+          priority,
+          maxQueueTimeMs,
+          signal,
+          now,
+        );
       }
-      return this.submit(fn, options.cost, this.partitionFor(key, now), gcosts, kcosts, priority, maxQueueTimeMs, signal, now);
+      return this.submit(
+        fn,
+        options.cost,
+        this.partitionFor(key, now),
+        gcosts,
+        kcosts,
+        priority,
+        maxQueueTimeMs,
+        signal,
+        now,
+      );
     } catch (error) {
       return Promise.reject(error);
     }
@@ -352,7 +397,8 @@ export class Gate {
 
   /** Pause for `durationMs` from now. */
   pauseFor(durationMs: number, key?: string, reason = 'manual'): void {
-    if (typeof durationMs !== 'number' || !(durationMs >= 0)) throw invalid('durationMs', 'a number >= 0', durationMs);
+    if (typeof durationMs !== 'number' || !(durationMs >= 0))
+      throw invalid('durationMs', 'a number >= 0', durationMs);
     this.pause(this.clock.now() + durationMs, key, reason);
   }
 
@@ -492,17 +538,23 @@ export class Gate {
 
   private costsFor(cost: unknown, cores: readonly LimitCore[]): number[] {
     if (typeof cost === 'number') {
-      if (!Number.isFinite(cost) || cost < 0) throw new InvalidCostError(`Expected \`cost\` to be a finite number >= 0, got \`${cost}\``);
+      if (!Number.isFinite(cost) || cost < 0)
+        throw new InvalidCostError(`Expected \`cost\` to be a finite number >= 0, got \`${cost}\``);
       return cores.map((core) => this.checkCapacity(core, core.unit === 'requests' ? cost : 0));
     }
     if (typeof cost !== 'object' || cost === null || Array.isArray(cost)) {
-      throw new InvalidCostError(`Expected \`cost\` to be a number or a record of units, got \`${String(cost)}\``);
+      throw new InvalidCostError(
+        `Expected \`cost\` to be a number or a record of units, got \`${String(cost)}\``,
+      );
     }
     const record = cost as Record<string, unknown>;
     for (const unit of Object.keys(record)) {
       const value = record[unit];
       if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
-        throw new InvalidCostError(`Expected \`cost.${unit}\` to be a finite number >= 0, got \`${String(value)}\``, unit);
+        throw new InvalidCostError(
+          `Expected \`cost.${unit}\` to be a finite number >= 0, got \`${String(value)}\``,
+          unit,
+        );
       }
     }
     return cores.map((core) => {
@@ -554,7 +606,8 @@ export class Gate {
 
   private *queuedPartitions(): IterableIterator<Partition> {
     if (this.defaultPartition.queue) yield this.defaultPartition;
-    for (const entry of [...this.partitions.values()]) if (typeof entry === 'object' && entry.queue) yield entry;
+    for (const entry of [...this.partitions.values()])
+      if (typeof entry === 'object' && entry.queue) yield entry;
   }
 
   private submit(
@@ -584,7 +637,12 @@ export class Gate {
   }
 
   /** Start `fn`. Completion is observed only when a concurrency limit needs the release. */
-  private invoke(fn: () => unknown, p: Partition, gcosts: readonly number[], kcosts: readonly number[]): Promise<unknown> {
+  private invoke(
+    fn: () => unknown,
+    p: Partition,
+    gcosts: readonly number[],
+    kcosts: readonly number[],
+  ): Promise<unknown> {
     this.started++;
     if (!this.observe) {
       try {
@@ -677,7 +735,8 @@ export class Gate {
         return Promise.reject(error);
       }
     }
-    const queue = (p.queue ??= new CallQueue<Call>());
+    const queue = p.queue ?? new CallQueue<Call>();
+    p.queue = queue;
     let resolve!: (value: unknown) => void;
     let reject!: (error: unknown) => void;
     const promise = new Promise<never>((res, rej) => {
@@ -741,7 +800,12 @@ export class Gate {
     return t;
   }
 
-  private reserveInShadow(p: Partition, gcosts: readonly number[], kcosts: readonly number[], at: number): void {
+  private reserveInShadow(
+    p: Partition,
+    gcosts: readonly number[],
+    kcosts: readonly number[],
+    at: number,
+  ): void {
     const gcores = this.globalCores;
     for (let i = 0; i < gcores.length; i++) {
       const core = gcores[i]!;
@@ -767,7 +831,11 @@ export class Gate {
     for (const call of queue.entries()) {
       const startAt = this.predict(p, call.gcosts, call.kcosts, from);
       if (startAt > call.deadline) {
-        this.refuse(call, new QueueTimeoutError(startAt - call.enqueuedAt, call.maxQueueTimeMs, call === fresh), true);
+        this.refuse(
+          call,
+          new QueueTimeoutError(startAt - call.enqueuedAt, call.maxQueueTimeMs, call === fresh),
+          true,
+        );
         continue;
       }
       this.reserveInShadow(p, call.gcosts, call.kcosts, startAt);
@@ -904,7 +972,8 @@ export class Gate {
       if (cost === 0) continue;
       const core = cores[i]!;
       // earliestAt(state, cost, creditFrom) is <= now because the cost fits now.
-      const at = core.creditsLateStart && creditFrom < now ? core.earliestAt(states[i], cost, creditFrom) : now;
+      const at =
+        core.creditsLateStart && creditFrom < now ? core.earliestAt(states[i], cost, creditFrom) : now;
       states[i] = core.take(states[i], cost, at);
     }
   }

@@ -54,7 +54,8 @@ export function buildCores(value: unknown, path: string): LimitCore[] {
 export function validateGateOptions(options: unknown): NormalizedGateOptions {
   const o = options === undefined ? {} : plainObject('options', options);
   for (const key of Object.keys(o)) {
-    if (!knownKeys.has(key)) throw invalid(`options.${key}`, `one of the known options (${[...knownKeys].join(', ')})`, o[key]);
+    if (!knownKeys.has(key))
+      throw invalid(`options.${key}`, `one of the known options (${[...knownKeys].join(', ')})`, o[key]);
   }
   const clock = o['clock'] ?? systemClock;
   if (

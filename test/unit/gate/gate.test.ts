@@ -35,7 +35,10 @@ describe('gate: admission and spacing', () => {
 
   it('queues beyond the burst and starts each call at its scheduled time', async () => {
     const clock = new ManualClock(0);
-    const gate = createGate({ clock, limits: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 2 }] });
+    const gate = createGate({
+      clock,
+      limits: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 2 }],
+    });
     const { starts, task } = recorder(clock);
     const all = Promise.all([0, 1, 2, 3, 4].map((i) => gate.schedule(task(i))));
     expect(starts.map((s) => s.at)).toEqual([0, 0]);
@@ -100,7 +103,12 @@ describe('gate: admission and spacing', () => {
     expect(starts.map((s) => s.id)).toEqual(['a1', 'a2', 'b1']);
     clock.advanceTo(1000);
     await Promise.all(calls);
-    expect(starts.filter((s) => s.at === 1000).map((s) => s.id).sort()).toEqual(['a3', 'b2']);
+    expect(
+      starts
+        .filter((s) => s.at === 1000)
+        .map((s) => s.id)
+        .sort(),
+    ).toEqual(['a3', 'b2']);
   });
 });
 
@@ -125,7 +133,11 @@ describe('gate: queue order and bounds', () => {
 
   it('refuses a call at once when the partition queue is full', async () => {
     const clock = new ManualClock(0);
-    const gate = createGate({ clock, maxQueue: 2, limits: [{ algorithm: 'leaky-bucket', limit: 1, intervalMs: 1000 }] });
+    const gate = createGate({
+      clock,
+      maxQueue: 2,
+      limits: [{ algorithm: 'leaky-bucket', limit: 1, intervalMs: 1000 }],
+    });
     const ok = [gate.schedule(() => 1), gate.schedule(() => 2), gate.schedule(() => 3)];
     const fn = () => 4;
     const refused = gate.schedule(fn);
@@ -148,7 +160,12 @@ describe('gate: queue order and bounds', () => {
     );
     const error = await late.catch((e: unknown) => e);
     expect(error).toBeInstanceOf(QueueTimeoutError);
-    expect(error).toMatchObject({ code: 'ERR_QUEUE_TIMEOUT', predictedWaitMs: 300, maxQueueTimeMs: 250, predicted: true });
+    expect(error).toMatchObject({
+      code: 'ERR_QUEUE_TIMEOUT',
+      predictedWaitMs: 300,
+      maxQueueTimeMs: 250,
+      predicted: true,
+    });
     // A call that fits its deadline is accepted.
     const fitting = gate.schedule(() => 'ok', { maxQueueTimeMs: 300 });
     clock.runAll();
@@ -313,7 +330,7 @@ describe('gate: close', () => {
     expect(clock.pendingTimers).toBe(0);
   });
 
-  it("close() lets queued calls run and resolves when they have started", async () => {
+  it('close() lets queued calls run and resolves when they have started', async () => {
     const clock = new ManualClock(0);
     const gate = createGate({ clock, limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }] });
     const calls = [1, 2, 3].map((i) => gate.schedule(() => i));
@@ -378,7 +395,10 @@ describe('gate: bad input', () => {
     [{ key: 42 }, 'ERR_INVALID_OPTION'],
     [{ signal: 'yes' }, 'ERR_INVALID_OPTION'],
   ])('per-call option %j rejects with %s and never calls fn', async (options, code) => {
-    const gate = createGate({ clock: new ManualClock(0), limits: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 1000 }] });
+    const gate = createGate({
+      clock: new ManualClock(0),
+      limits: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 1000 }],
+    });
     let called = false;
     const p = gate.schedule(() => {
       called = true;
