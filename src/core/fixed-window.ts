@@ -65,7 +65,7 @@ export function createFixedWindow(
       if (cost > limit) return Infinity;
       const nowWindow = windowIndexAt(now, intervalMs);
       const firstOpen = firstOpenWindow(state);
-      let window = nowWindow > firstOpen ? nowWindow : firstOpen;
+      let window = Math.max(nowWindow, firstOpen);
       // At most w - 1, w and w + 1, which is empty.
       while (unitsIn(state, window) + cost > limit) window += 1;
       return window === nowWindow ? now : windowStartMs(window, intervalMs);

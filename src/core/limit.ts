@@ -48,8 +48,11 @@ export interface LimitSpec {
 /** A refusal is a value: `retryAfterMs` is how long until the cost fits (Infinity: not predictable). */
 export type Decision = { readonly ok: true } | { readonly ok: false; readonly retryAfterMs: number };
 
+/** Levels the gate creates itself from provider responses (not configurable as a LimitSpec). */
+export type AdaptiveAlgorithm = 'server-quota' | 'aimd';
+
 export interface LimitCore<S = unknown> {
-  readonly algorithm: Algorithm;
+  readonly algorithm: Algorithm | AdaptiveAlgorithm;
   readonly unit: string;
   /** The largest cost one call may have; a larger cost is misuse (InvalidCostError), never a wait. */
   readonly capacity: number;

@@ -51,6 +51,22 @@ export class CallQueue<E extends QueueEntry> {
     return Infinity;
   }
 
+  /** Put `entry` back at the front of its priority lane (a retried call keeps its turn). */
+  unshift(entry: E): void {
+    const lanes = this.lanes;
+    let i = 0;
+    while (i < lanes.length && lanes[i]!.priority > entry.priority) i++;
+    let lane = lanes[i];
+    if (lane === undefined || lane.priority !== entry.priority) {
+      lane = { priority: entry.priority, items: [], head: 0 };
+      lanes.splice(i, 0, lane);
+    }
+    if (lane.head > 0) lane.items[--lane.head] = entry;
+    else lane.items.unshift(entry);
+    entry.removed = false;
+    this.size++;
+  }
+
   /** The first live entry, without removing it. */
   peek(): E | undefined {
     const lanes = this.lanes;

@@ -1,5 +1,18 @@
+import type { BudgetGuard, BudgetReservation, BudgetSpend } from '../budget/budget-guard.js';
+import { BudgetExceededError } from '../budget/errors.js';
 import type { Clock } from '../clock.js';
+import {
+  type AdaptOptions,
+  type AimdState,
+  aimdOnThrottle,
+  aimdOnTick,
+  isAtLeastAsTight,
+  learnedSpec,
+  verdictFor,
+} from '../core/adaptation.js';
+import { createLimit } from '../core/create-limit.js';
 import type { LimitCore, LimitSpec } from '../core/limit.js';
+import { createServerQuota, type ServerQuotaState } from '../core/server-quota.js';
 import {
   AbortedError,
   GateClosedError,
@@ -7,7 +20,11 @@ import {
   type InvalidOptionError,
   QueueFullError,
   QueueTimeoutError,
+  RateLimitedError,
 } from '../errors.js';
+import type { HeadersLike } from '../headers/headers-like.js';
+import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
+import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
 import { invalid } from '../validate.js';
 import { CallQueue, type QueueEntry } from './call-queue.js';
 import {
@@ -37,8 +54,33 @@ export interface ScheduleOptions {
   priority?: number;
   /** Aborting removes a queued call (rejecting it with `AbortedError`) and frees what it held. */
   signal?: AbortSignal;
-  /** Deadline to start, in ms; overrides the gate's `maxQueueTimeMs`. */
+  /** Deadline to start, in ms; overrides the gate's `maxQueueTimeMs`. Retries must also restart before it. */
   maxQueueTimeMs?: number;
+  /**
+   * Read the provider's answer from `fn`'s result (HTTP adapters set this). The gate then adapts
+   * the partition to the response headers, retries throttled responses and settles costs.
+   */
+  inspect?: (result: never) => Inspection | undefined | Promise<Inspection | undefined>;
+  /** Estimated money cost in integer micro-units, reserved on the gate's budgets before the call is queued. */
+  priceMicros?: number;
+}
+
+/** What a response said, as an adapter reads it. */
+export interface Inspection {
+  readonly status: number;
+  readonly headers: HeadersLike;
+  /** Parsed JSON body when the adapter has it cheaply (error responses); feeds body-borne limits. */
+  readonly body?: unknown;
+  /** HTTP method of the request (retry rules differ for POST/PATCH). @default 'GET' */
+  readonly method?: string;
+  /** False when the request cannot be sent again (a streamed body). @default true */
+  readonly retryable?: boolean;
+  /** Units actually used (e.g. tokens from the response's usage): the difference is refunded or charged. */
+  readonly actualCost?: Readonly<Record<string, number>>;
+  /** Money actually charged (integer micros), e.g. from a price header; settles the budget. */
+  readonly actualPriceMicros?: number;
+  /** Release the result before a retry (cancel the response body). */
+  readonly discard?: () => void;
 }
 
 export interface LimitStats {
@@ -56,6 +98,8 @@ export interface PartitionStats {
   /** Gate clock ms; 0 when not paused. */
   readonly pausedUntil: number;
   readonly limits: readonly LimitStats[];
+  /** Levels adaptation added: server quotas (`server-quota`), learned limits, the AIMD rate (`aimd`). */
+  readonly adaptive: readonly (LimitStats & { readonly resetAt?: number; readonly ratePerSec?: number })[];
 }
 
 export interface GateStats {
@@ -109,6 +153,19 @@ interface Call extends QueueEntry {
   onAbort: (() => void) | undefined;
   resolve: (value: unknown) => void;
   reject: (error: unknown) => void;
+  /** Set on calls that observe their outcome (HTTP inspection or a budget). */
+  readonly inspect: ScheduleOptions['inspect'];
+  budget: BudgetReservation | undefined;
+  readonly priceMicros: number;
+  attempt: number;
+  seq: number;
+  mark: Map<string, number> | undefined;
+}
+
+interface Extra {
+  ids: string[];
+  cores: LimitCore[];
+  states: unknown[];
 }
 
 /** One key's state: its limits, its queue, its pause, its timer. */
@@ -125,6 +182,14 @@ class Partition {
   /** Head is waiting for a per-key concurrency permit. */
   waitingKey = false;
   onTimer: (() => void) | undefined = undefined;
+  /** Levels adaptation added (server quotas, learned limits, AIMD), with ids like `quota:tokens`. */
+  extra: Extra | undefined = undefined;
+  shadowE: unknown[] | undefined = undefined;
+  /** Calls started in this partition, and units started per unit (to count what the server had not yet seen). */
+  seq = 0;
+  cum: Map<string, number> | undefined = undefined;
+  firstStartAt = 0;
+  aimd: AimdState | undefined = undefined;
 
   constructor(key: string | undefined, keyStates: unknown[]) {
     this.key = key;
@@ -151,6 +216,53 @@ function commit(cores: readonly LimitCore[], states: unknown[], costs: readonly 
     if (cost !== 0) states[i] = cores[i]!.take(states[i], cost, at);
   }
 }
+
+/** Units of `unit` a call costs, from its cost as given (requests default to 1, other units to 0). */
+function unitCost(cost: ScheduleOptions['cost'], unit: string): number {
+  if (cost === undefined) return unit === 'requests' ? 1 : 0;
+  if (typeof cost === 'number') return unit === 'requests' ? cost : 0;
+  return cost[unit] ?? (unit === 'requests' ? 1 : 0);
+}
+
+/** Earliest time >= `from` at which the adaptive levels admit a call of `cost`. */
+function extraEarliest(extra: Extra, states: unknown[], cost: ScheduleOptions['cost'], from: number): number {
+  let t = from;
+  for (let i = 0; i < extra.cores.length; i++) {
+    const core = extra.cores[i]!;
+    const units = unitCost(cost, core.unit);
+    if (units !== 0) t = Math.max(t, core.earliestAt(states[i], units, from));
+  }
+  return t;
+}
+
+function extraCommit(extra: Extra, states: unknown[], cost: ScheduleOptions['cost'], at: number): void {
+  for (let i = 0; i < extra.cores.length; i++) {
+    const core = extra.cores[i]!;
+    const units = unitCost(cost, core.unit);
+    if (units !== 0) states[i] = core.take(states[i], units, at);
+  }
+}
+
+// One server-quota core per unit, shared by every partition (the core is stateless).
+const quotaCores = new Map<string, LimitCore<ServerQuotaState>>();
+function quotaCore(unit: string): LimitCore<ServerQuotaState> {
+  let core = quotaCores.get(unit);
+  if (core === undefined) {
+    core = createServerQuota(unit);
+    quotaCores.set(unit, core);
+  }
+  return core;
+}
+
+// AIMD rate as a leaky bucket: emission interval 1000/rate ms. limit 1000 keeps capacity for costs > 1.
+function aimdCore(ratePerSec: number): LimitCore {
+  return createLimit(
+    { algorithm: 'leaky-bucket', limit: 1000, intervalMs: (1000 * 1000) / ratePerSec },
+    'aimd',
+  );
+}
+
+const RECENT_STARTS = 32;
 
 function initialStates(cores: readonly LimitCore[], now: number): unknown[] {
   return cores.map((core) => core.initial(now));
@@ -197,6 +309,11 @@ export class Gate {
   readonly onIdle: (listener: Listener<undefined>) => Dispose;
 
   private readonly clock: Clock;
+  private readonly adapt: AdaptOptions | false;
+  private readonly budget: BudgetGuard | undefined;
+  private readonly ownsBudget: boolean;
+  private readonly defaultPriceMicros: number;
+  private readonly random: () => number;
   private readonly maxQueue: number;
   private readonly maxQueueTimeMs: number;
   private globalCores: readonly LimitCore[];
@@ -229,6 +346,11 @@ export class Gate {
   constructor(options?: GateOptions) {
     const o = validateGateOptions(options);
     this.clock = o.clock;
+    this.adapt = o.adapt;
+    this.budget = o.budget;
+    this.ownsBudget = o.ownsBudget;
+    this.defaultPriceMicros = o.defaultPriceMicros;
+    this.random = o.random;
     this.maxQueue = o.maxQueue;
     this.maxQueueTimeMs = o.maxQueueTimeMs;
     this.globalCores = o.globalCores;
@@ -268,7 +390,7 @@ export class Gate {
     if (this.closed) return Promise.reject(new GateClosedError());
     if (typeof fn !== 'function') return Promise.reject(invalid('fn', 'a function', fn));
     const now = this.clock.now();
-    if (options === undefined) {
+    if (options === undefined && this.budget === undefined) {
       return this.submit(
         fn,
         undefined,
@@ -281,34 +403,48 @@ export class Gate {
         now,
       );
     }
+    const o: ScheduleOptions = options ?? {};
     let gcosts = this.defaultG;
     let kcosts = this.defaultK;
     let priority = 0;
     let maxQueueTimeMs = this.maxQueueTimeMs;
     try {
-      const { cost, key } = options;
+      const { cost, key, inspect } = o;
       if (cost !== undefined) {
         gcosts = this.costsFor(cost, this.globalCores);
         kcosts = this.costsFor(cost, this.keyCores);
       }
-      if (options.priority !== undefined) {
-        priority = options.priority;
+      if (o.priority !== undefined) {
+        priority = o.priority;
         if (!Number.isSafeInteger(priority)) throw invalid('priority', 'an integer', priority);
       }
-      if (options.maxQueueTimeMs !== undefined) {
-        maxQueueTimeMs = options.maxQueueTimeMs;
+      if (o.maxQueueTimeMs !== undefined) {
+        maxQueueTimeMs = o.maxQueueTimeMs;
         if (typeof maxQueueTimeMs !== 'number' || Number.isNaN(maxQueueTimeMs) || maxQueueTimeMs < 0) {
           throw invalid('maxQueueTimeMs', 'a number >= 0', maxQueueTimeMs);
         }
       }
-      const signal = options.signal;
+      const signal = o.signal;
       if (signal !== undefined && (typeof signal !== 'object' || signal === null || !('aborted' in signal))) {
         throw invalid('signal', 'an AbortSignal', signal);
+      }
+      if (key !== undefined && typeof key !== 'string') throw invalid('key', 'a string', key);
+      if (inspect !== undefined && typeof inspect !== 'function')
+        throw invalid('inspect', 'a function', inspect);
+      if (o.priceMicros !== undefined && (!Number.isSafeInteger(o.priceMicros) || o.priceMicros < 0)) {
+        throw new InvalidCostError(
+          `Expected \`priceMicros\` to be an integer >= 0, got \`${String(o.priceMicros)}\``,
+        );
+      }
+      if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));
+      if (inspect !== undefined || this.budget !== undefined) {
+        const p = key === undefined ? this.defaultPartition : this.partitionFor(key, now);
+        return this.submitObserved(fn, o, p, gcosts, kcosts, priority, maxQueueTimeMs, now);
       }
       if (key === undefined) {
         return this.submit(
           fn,
-          options.cost,
+          cost,
           this.defaultPartition,
           gcosts,
           kcosts,
@@ -318,8 +454,6 @@ export class Gate {
           now,
         );
       }
-      if (typeof key !== 'string') throw invalid('key', 'a string', key);
-      if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));
       const entry = this.partitions.get(key);
       if (this.compact && typeof entry !== 'object') {
         // Fast path for a key stored as its single GCRA state: admit without creating a partition.
@@ -335,26 +469,16 @@ export class Gate {
           // Sweep before inserting, so the sweep never examines (and drops) the entry being added.
           if (entry === undefined) this.sweep(now);
           this.partitions.set(key, kcost === 0 ? state : core.take(state, kcost, now));
-          return this.invoke(fn, this.defaultPartition, gcosts, kcosts) as Promise<Awaited<T>>;
+          return this.invoke(fn, this.defaultPartition, gcosts, kcosts, cost, now) as Promise<Awaited<T>>;
         }
         const partition = new Partition(key, [state]);
         if (entry === undefined) this.sweep(now);
         this.partitions.set(key, partition);
-        return this.submit(
-          fn,
-          options.cost,
-          partition,
-          gcosts,
-          kcosts,
-          priority,
-          maxQueueTimeMs,
-          signal,
-          now,
-        );
+        return this.submit(fn, cost, partition, gcosts, kcosts, priority, maxQueueTimeMs, signal, now);
       }
       return this.submit(
         fn,
-        options.cost,
+        cost,
         this.partitionFor(key, now),
         gcosts,
         kcosts,
@@ -366,6 +490,11 @@ export class Gate {
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  /** Spend per budget (and key) in its current window; empty without budgets. */
+  spend(): BudgetSpend[] {
+    return this.budget?.spend(this.clock.now()) ?? [];
   }
 
   /** The gate's clock reading, for computing `pause` times. */
@@ -388,11 +517,7 @@ export class Gate {
       for (const p of this.queuedPartitions()) this.replanAndDrain(p, now);
       return;
     }
-    const p = this.partitionFor(key, now);
-    if (untilMs <= p.pausedUntil) return;
-    p.pausedUntil = untilMs;
-    this.pauseEvents.emit({ key, untilMs, reason });
-    this.replanAndDrain(p, now);
+    this.pausePartition(this.partitionFor(key, now), untilMs, reason, now);
   }
 
   /** Pause for `durationMs` from now. */
@@ -480,15 +605,33 @@ export class Gate {
         queued: 0,
         pausedUntil: 0,
         limits: limitStats(this.keyCores, initialStates(this.keyCores, now), now),
+        adaptive: [],
       };
     } else if (typeof entry === 'number') {
-      partition = { key, queued: 0, pausedUntil: 0, limits: limitStats(this.keyCores, [entry], now) };
+      partition = {
+        key,
+        queued: 0,
+        pausedUntil: 0,
+        limits: limitStats(this.keyCores, [entry], now),
+        adaptive: [],
+      };
     } else {
+      const extra = entry.extra;
       partition = {
         key,
         queued: entry.queue?.size ?? 0,
         pausedUntil: entry.pausedUntil,
         limits: limitStats(this.keyCores, entry.keyStates, now),
+        adaptive: extra
+          ? limitStats(extra.cores, extra.states, now).map((stats, i) => {
+              const core = extra.cores[i]!;
+              if (core.algorithm === 'server-quota') {
+                return { ...stats, resetAt: (extra.states[i] as ServerQuotaState).resetAt };
+              }
+              if (extra.ids[i] === 'aimd') return { ...stats, ratePerSec: entry.aimd?.ratePerSec ?? 0 };
+              return stats;
+            })
+          : [],
       };
     }
     return {
@@ -518,8 +661,12 @@ export class Gate {
         this.drain(p);
       }
     }
-    if (this.settledForClose()) return Promise.resolve();
-    return new Promise((resolve) => this.closeWaiters.push(resolve));
+    const settled = this.settledForClose()
+      ? Promise.resolve()
+      : new Promise<void>((resolve) => this.closeWaiters.push(resolve));
+    return settled.then(() => {
+      if (this.ownsBudget) this.budget?.close();
+    });
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -538,8 +685,9 @@ export class Gate {
 
   private costsFor(cost: unknown, cores: readonly LimitCore[]): number[] {
     if (typeof cost === 'number') {
-      if (!Number.isFinite(cost) || cost < 0)
+      if (!Number.isFinite(cost) || cost < 0) {
         throw new InvalidCostError(`Expected \`cost\` to be a finite number >= 0, got \`${cost}\``);
+      }
       return cores.map((core) => this.checkCapacity(core, core.unit === 'requests' ? cost : 0));
     }
     if (typeof cost !== 'object' || cost === null || Array.isArray(cost)) {
@@ -577,6 +725,7 @@ export class Gate {
     const entry = this.partitions.get(key);
     if (typeof entry === 'object') return entry;
     const partition = new Partition(key, entry === undefined ? initialStates(this.keyCores, now) : [entry]);
+    // Sweep before inserting, so the sweep never examines (and drops) the entry being added.
     if (entry === undefined) this.sweep(now);
     this.partitions.set(key, partition);
     return partition;
@@ -601,13 +750,50 @@ export class Gate {
     if (typeof entry === 'number') return cores[0]!.isIdle(entry, now);
     if (entry.queue !== undefined || entry.timer !== undefined || entry.pausedUntil > now) return false;
     for (let i = 0; i < cores.length; i++) if (!cores[i]!.isIdle(entry.keyStates[i], now)) return false;
+    const extra = entry.extra;
+    if (extra)
+      for (let i = 0; i < extra.cores.length; i++)
+        if (!extra.cores[i]!.isIdle(extra.states[i], now)) return false;
+    // Keep what AIMD learned for a minute after its last change, or the next burst pays for it again.
+    if (entry.aimd !== undefined && now - entry.aimd.changedAt < 60_000) return false;
     return true;
   }
 
   private *queuedPartitions(): IterableIterator<Partition> {
     if (this.defaultPartition.queue) yield this.defaultPartition;
-    for (const entry of [...this.partitions.values()])
+    for (const entry of [...this.partitions.values()]) {
       if (typeof entry === 'object' && entry.queue) yield entry;
+    }
+  }
+
+  private paused(p: Partition, now: number): boolean {
+    return this.pausedUntil > now || p.pausedUntil > now;
+  }
+
+  private fitsAll(
+    p: Partition,
+    gcosts: readonly number[],
+    kcosts: readonly number[],
+    cost: ScheduleOptions['cost'],
+    now: number,
+  ): boolean {
+    return (
+      fits(this.globalCores, this.globalStates, gcosts, now) &&
+      fits(this.keyCores, p.keyStates, kcosts, now) &&
+      (p.extra === undefined || extraEarliest(p.extra, p.extra.states, cost, now) <= now)
+    );
+  }
+
+  private commitAll(
+    p: Partition,
+    gcosts: readonly number[],
+    kcosts: readonly number[],
+    cost: ScheduleOptions['cost'],
+    now: number,
+  ): void {
+    commit(this.globalCores, this.globalStates, gcosts, now);
+    commit(this.keyCores, p.keyStates, kcosts, now);
+    if (p.extra !== undefined) extraCommit(p.extra, p.extra.states, cost, now);
   }
 
   private submit(
@@ -622,28 +808,162 @@ export class Gate {
     now: number,
   ): Promise<never> {
     if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));
-    if (
-      p.queue === undefined &&
-      this.pausedUntil <= now &&
-      p.pausedUntil <= now &&
-      fits(this.globalCores, this.globalStates, gcosts, now) &&
-      fits(this.keyCores, p.keyStates, kcosts, now)
-    ) {
-      commit(this.globalCores, this.globalStates, gcosts, now);
-      commit(this.keyCores, p.keyStates, kcosts, now);
-      return this.invoke(fn, p, gcosts, kcosts) as Promise<never>;
+    if (p.queue === undefined && !this.paused(p, now) && this.fitsAll(p, gcosts, kcosts, cost, now)) {
+      this.commitAll(p, gcosts, kcosts, cost, now);
+      return this.invoke(fn, p, gcosts, kcosts, cost, now) as Promise<never>;
     }
-    return this.enqueue(fn, cost, p, gcosts, kcosts, priority, maxQueueTimeMs, signal, now);
+    const { call, promise } = this.makeCall(
+      fn,
+      cost,
+      p,
+      gcosts,
+      kcosts,
+      priority,
+      maxQueueTimeMs,
+      signal,
+      now,
+    );
+    this.enqueue(call, now);
+    return promise;
   }
 
-  /** Start `fn`. Completion is observed only when a concurrency limit needs the release. */
+  /** The path of calls whose outcome the gate reads (HTTP inspection) or charges (a budget). */
+  private submitObserved(
+    fn: () => unknown,
+    o: ScheduleOptions,
+    p: Partition,
+    gcosts: readonly number[],
+    kcosts: readonly number[],
+    priority: number,
+    maxQueueTimeMs: number,
+    now: number,
+  ): Promise<never> {
+    const priceMicros = o.priceMicros ?? this.defaultPriceMicros;
+    let reservation: BudgetReservation | undefined;
+    if (this.budget !== undefined) {
+      // Step 2 of a call's way: the estimate is reserved before anything is queued or sent.
+      const decision = this.budget.tryReserve(priceMicros, p.key, now);
+      if (!decision.ok) {
+        if (
+          this.budget.onExceeded === 'wait' &&
+          Number.isFinite(decision.retryAt) &&
+          decision.retryAt - now <= maxQueueTimeMs
+        ) {
+          return this.waitForBudget(fn, o, decision.retryAt, maxQueueTimeMs, now);
+        }
+        const error = new BudgetExceededError(decision);
+        this.refusedEvents.emit({ key: p.key, error });
+        return Promise.reject(error);
+      }
+      reservation = decision.reservation;
+    }
+    const { call, promise } = this.makeCall(
+      fn,
+      o.cost,
+      p,
+      gcosts,
+      kcosts,
+      priority,
+      maxQueueTimeMs,
+      o.signal,
+      now,
+    );
+    (call as { inspect: ScheduleOptions['inspect'] }).inspect = o.inspect;
+    (call as { priceMicros: number }).priceMicros = priceMicros;
+    call.budget = reservation;
+    if (p.queue === undefined && !this.paused(p, now) && this.fitsAll(p, gcosts, kcosts, o.cost, now)) {
+      this.commitAll(p, gcosts, kcosts, o.cost, now);
+      this.startCall(call, now);
+    } else {
+      this.enqueue(call, now);
+    }
+    return promise;
+  }
+
+  /** `onExceeded: 'wait'`: wait (one timer) until the budget has room, then schedule as new. */
+  private waitForBudget(
+    fn: () => unknown,
+    o: ScheduleOptions,
+    retryAt: number,
+    maxQueueTimeMs: number,
+    now: number,
+  ): Promise<never> {
+    return new Promise((resolve, reject) => {
+      const signal = o.signal;
+      const onAbort = () => {
+        this.clock.clearTimeout(handle);
+        reject(new AbortedError(signal!.reason));
+      };
+      const handle = this.clock.setTimeout(
+        () => {
+          signal?.removeEventListener('abort', onAbort);
+          const waited = this.clock.now() - now;
+          resolve(
+            this.schedule(fn, {
+              ...o,
+              maxQueueTimeMs: Math.max(0, maxQueueTimeMs - waited),
+            }) as Promise<never>,
+          );
+        },
+        Math.max(0, Math.ceil(retryAt - now)),
+      );
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  private makeCall(
+    fn: () => unknown,
+    cost: ScheduleOptions['cost'],
+    p: Partition,
+    gcosts: readonly number[],
+    kcosts: readonly number[],
+    priority: number,
+    maxQueueTimeMs: number,
+    signal: AbortSignal | undefined,
+    now: number,
+  ): { call: Call; promise: Promise<never> } {
+    let resolve!: (value: unknown) => void;
+    let reject!: (error: unknown) => void;
+    const promise = new Promise<never>((res, rej) => {
+      resolve = res as (value: unknown) => void;
+      reject = rej;
+    });
+    const call: Call = {
+      fn,
+      cost,
+      gcosts,
+      kcosts,
+      partition: p,
+      priority,
+      enqueuedAt: now,
+      deadline: now + maxQueueTimeMs,
+      maxQueueTimeMs,
+      signal,
+      onAbort: undefined,
+      resolve,
+      reject,
+      removed: false,
+      inspect: undefined,
+      budget: undefined,
+      priceMicros: 0,
+      attempt: 0,
+      seq: 0,
+      mark: undefined,
+    };
+    return { call, promise };
+  }
+
+  /** Start a plain call. Completion is observed only when a concurrency limit needs the release. */
   private invoke(
     fn: () => unknown,
     p: Partition,
     gcosts: readonly number[],
     kcosts: readonly number[],
+    cost: ScheduleOptions['cost'],
+    now: number,
   ): Promise<unknown> {
     this.started++;
+    if (p.cum !== undefined) this.countStart(p, cost, now);
     if (!this.observe) {
       try {
         const result = fn();
@@ -662,6 +982,18 @@ export class Gate {
     const done = () => this.release(p, gcosts, kcosts);
     result.then(done, done);
     return result;
+  }
+
+  /** Count a start in a partition that listens to its provider (what the server may not have seen yet). */
+  private countStart(p: Partition, cost: ScheduleOptions['cost'], now: number): void {
+    const cum = p.cum!;
+    p.seq++;
+    if (p.seq === 1) p.firstStartAt = now;
+    cum.set('requests', (cum.get('requests') ?? 0) + unitCost(cost, 'requests'));
+    if (typeof cost === 'object') {
+      for (const unit of Object.keys(cost))
+        if (unit !== 'requests') cum.set(unit, (cum.get(unit) ?? 0) + cost[unit]!);
+    }
   }
 
   private release(p: Partition, gcosts: readonly number[], kcosts: readonly number[]): void {
@@ -697,26 +1029,25 @@ export class Gate {
     this.maybeSettleClose();
   }
 
-  private enqueue(
-    fn: () => unknown,
-    cost: ScheduleOptions['cost'],
-    p: Partition,
-    gcosts: readonly number[],
-    kcosts: readonly number[],
-    priority: number,
-    maxQueueTimeMs: number,
-    signal: AbortSignal | undefined,
-    now: number,
-  ): Promise<never> {
-    if (p.queue !== undefined && p.queue.size >= this.maxQueue) {
-      const error = new QueueFullError(this.maxQueue, p.key);
-      this.refusedEvents.emit({ key: p.key, error });
-      return Promise.reject(error);
+  /** Reject a call that never made it into a queue. */
+  private rejectCall(call: Call, error: Error & { code: string }): void {
+    if (call.budget !== undefined) {
+      this.budget!.release(call.budget);
+      call.budget = undefined;
     }
-    const deadline = now + maxQueueTimeMs;
+    call.reject(error);
+    this.refusedEvents.emit({ key: call.partition.key, error });
+  }
+
+  private enqueue(call: Call, now: number): void {
+    const p = call.partition;
+    if (p.queue !== undefined && p.queue.size >= this.maxQueue) {
+      this.rejectCall(call, new QueueFullError(this.maxQueue, p.key));
+      return;
+    }
     const from = Math.max(now, this.pausedUntil, p.pausedUntil);
     const queued = p.queue !== undefined && p.queue.size > 0;
-    const appending = !queued || priority <= p.queue!.lowestPriority();
+    const appending = !queued || call.priority <= p.queue!.lowestPriority();
     let startAt = from;
     if (appending) {
       // Predict on the shadow (every queued call already reserved in order), before queueing.
@@ -724,69 +1055,53 @@ export class Gate {
         if (queued) this.replan(p, now);
         else this.rebuildShadow(p);
       }
-      startAt = this.predict(p, gcosts, kcosts, from);
-      if (startAt > deadline) {
-        if (!queued) {
-          p.shadowG = undefined;
-          p.shadowK = undefined;
-        }
-        const error = new QueueTimeoutError(startAt - now, maxQueueTimeMs, true);
-        this.refusedEvents.emit({ key: p.key, error });
-        return Promise.reject(error);
+      startAt = this.predict(p, call, from);
+      if (startAt > call.deadline) {
+        if (!queued) this.dropShadow(p);
+        this.rejectCall(call, new QueueTimeoutError(startAt - now, call.maxQueueTimeMs, true));
+        return;
       }
     }
     const queue = p.queue ?? new CallQueue<Call>();
     p.queue = queue;
-    let resolve!: (value: unknown) => void;
-    let reject!: (error: unknown) => void;
-    const promise = new Promise<never>((res, rej) => {
-      resolve = res as (value: unknown) => void;
-      reject = rej;
-    });
-    const call: Call = {
-      fn,
-      cost,
-      gcosts,
-      kcosts,
-      partition: p,
-      priority,
-      enqueuedAt: now,
-      deadline,
-      maxQueueTimeMs,
-      signal,
-      onAbort: undefined,
-      resolve,
-      reject,
-      removed: false,
-    };
     queue.push(call);
     this.queuedTotal++;
-    if (signal !== undefined) {
-      call.onAbort = () => this.abort(call);
-      signal.addEventListener('abort', call.onAbort, { once: true });
-    }
+    this.listenForAbort(call);
     if (appending) {
-      this.reserveInShadow(p, gcosts, kcosts, startAt);
+      this.reserveInShadow(p, call, startAt);
     } else {
       // A higher priority jumped the queue: every call behind it moves; re-plan them all now.
       this.replan(p, now, call);
-      if (call.removed) return promise;
+      if (call.removed) return;
     }
     if (this.queuedEvents.listeners) {
       this.queuedEvents.emit({ key: p.key, predictedWaitMs: startAt - now, queued: queue.size });
     }
     if (queue.peek() === call) this.drain(p);
-    return promise;
+  }
+
+  private listenForAbort(call: Call): void {
+    if (call.signal === undefined) return;
+    call.onAbort ??= () => this.abort(call);
+    call.signal.addEventListener('abort', call.onAbort, { once: true });
+  }
+
+  private dropShadow(p: Partition): void {
+    p.shadowG = undefined;
+    p.shadowK = undefined;
+    p.shadowE = undefined;
   }
 
   private rebuildShadow(p: Partition): void {
     p.shadowG = this.globalStates.map((s, i) => this.globalCores[i]!.clone(s));
     p.shadowK = p.keyStates.map((s, i) => this.keyCores[i]!.clone(s));
+    p.shadowE = p.extra?.states.map((s, i) => p.extra!.cores[i]!.clone(s));
   }
 
-  /** Earliest start of a call with these costs behind everything in the shadow (timed limits only). */
-  private predict(p: Partition, gcosts: readonly number[], kcosts: readonly number[], from: number): number {
+  /** Earliest start of `call` behind everything in the shadow (timed limits only). */
+  private predict(p: Partition, call: Call, from: number): number {
     let t = from;
+    const { gcosts, kcosts } = call;
     const gcores = this.globalCores;
     for (let i = 0; i < gcores.length; i++) {
       const core = gcores[i]!;
@@ -797,15 +1112,13 @@ export class Gate {
       const core = kcores[i]!;
       if (core.timed && kcosts[i]) t = Math.max(t, core.earliestAt(p.shadowK![i], kcosts[i]!, from));
     }
+    if (p.extra !== undefined && p.shadowE !== undefined)
+      t = Math.max(t, extraEarliest(p.extra, p.shadowE, call.cost, from));
     return t;
   }
 
-  private reserveInShadow(
-    p: Partition,
-    gcosts: readonly number[],
-    kcosts: readonly number[],
-    at: number,
-  ): void {
+  private reserveInShadow(p: Partition, call: Call, at: number): void {
+    const { gcosts, kcosts } = call;
     const gcores = this.globalCores;
     for (let i = 0; i < gcores.length; i++) {
       const core = gcores[i]!;
@@ -816,6 +1129,7 @@ export class Gate {
       const core = kcores[i]!;
       if (core.timed && kcosts[i]) p.shadowK![i] = core.take(p.shadowK![i], kcosts[i]!, at);
     }
+    if (p.extra !== undefined && p.shadowE !== undefined) extraCommit(p.extra, p.shadowE, call.cost, at);
   }
 
   /**
@@ -829,17 +1143,24 @@ export class Gate {
     this.rebuildShadow(p);
     const from = Math.max(now, this.pausedUntil, p.pausedUntil);
     for (const call of queue.entries()) {
-      const startAt = this.predict(p, call.gcosts, call.kcosts, from);
+      const startAt = this.predict(p, call, from);
       if (startAt > call.deadline) {
-        this.refuse(
-          call,
-          new QueueTimeoutError(startAt - call.enqueuedAt, call.maxQueueTimeMs, call === fresh),
-          true,
-        );
+        this.refuse(call, this.deadlineError(call, startAt, call === fresh), true);
         continue;
       }
-      this.reserveInShadow(p, call.gcosts, call.kcosts, startAt);
+      this.reserveInShadow(p, call, startAt);
     }
+  }
+
+  /** A call that cannot start in time: a queue timeout, or for a retry, the provider's refusal. */
+  private deadlineError(call: Call, startAt: number, predicted: boolean): Error & { code: string } {
+    if (call.attempt > 0) {
+      return new RateLimitedError(
+        `Call was rate limited and cannot be retried within maxQueueTimeMs ${call.maxQueueTimeMs}`,
+        { retryAt: startAt, attempts: call.attempt },
+      );
+    }
+    return new QueueTimeoutError(startAt - call.enqueuedAt, call.maxQueueTimeMs, predicted);
   }
 
   private replanAndDrain(p: Partition, now: number): void {
@@ -853,13 +1174,9 @@ export class Gate {
     if (!p.queue?.remove(call)) return;
     this.queuedTotal--;
     if (call.onAbort) call.signal!.removeEventListener('abort', call.onAbort);
-    if (!replanning) {
-      // The shadow still holds this call's units: re-plan before the next prediction.
-      p.shadowG = undefined;
-      p.shadowK = undefined;
-    }
-    call.reject(error);
-    this.refusedEvents.emit({ key: p.key, error });
+    // The shadow still holds this call's units: re-plan before the next prediction.
+    if (!replanning) this.dropShadow(p);
+    this.rejectCall(call, error);
   }
 
   private abort(call: Call): void {
@@ -882,6 +1199,13 @@ export class Gate {
     };
     // Node truncates fractional delays; round up so a timer never fires before its time.
     p.timer = this.clock.setTimeout(p.onTimer, Math.max(0, Math.ceil(at - now)));
+  }
+
+  private pausePartition(p: Partition, untilMs: number, reason: string, now: number): void {
+    if (untilMs <= p.pausedUntil) return;
+    p.pausedUntil = untilMs;
+    this.pauseEvents.emit({ key: p.key, untilMs, reason });
+    this.replanAndDrain(p, now);
   }
 
   /** Start every queued call of `p` that the limits admit now; arm one timer for the next. */
@@ -909,7 +1233,7 @@ export class Gate {
       const pausedUntil = Math.max(this.pausedUntil, p.pausedUntil);
       if (pausedUntil > now) {
         if (pausedUntil > call.deadline) {
-          this.refuse(call, new QueueTimeoutError(pausedUntil - call.enqueuedAt, call.maxQueueTimeMs, false));
+          this.refuse(call, this.deadlineError(call, pausedUntil, false));
           continue;
         }
         this.arm(p, pausedUntil, now);
@@ -931,9 +1255,11 @@ export class Gate {
         if (at === Infinity) blocked ??= 'key';
         else if (at > startAt) startAt = at;
       }
+      if (p.extra !== undefined)
+        startAt = Math.max(startAt, extraEarliest(p.extra, p.extra.states, call.cost, now));
       if (startAt > now) {
         if (startAt > call.deadline) {
-          this.refuse(call, new QueueTimeoutError(startAt - call.enqueuedAt, call.maxQueueTimeMs, false));
+          this.refuse(call, this.deadlineError(call, startAt, false));
           continue;
         }
         this.arm(p, startAt, now);
@@ -941,7 +1267,7 @@ export class Gate {
       }
       if (blocked !== undefined) {
         if (call.deadline <= now) {
-          this.refuse(call, new QueueTimeoutError(now - call.enqueuedAt, call.maxQueueTimeMs, false));
+          this.refuse(call, this.deadlineError(call, now, false));
           continue;
         }
         if (blocked === 'global') this.globalWaiters.add(p);
@@ -954,9 +1280,15 @@ export class Gate {
       this.queuedTotal--;
       this.commitStart(gcores, gstates, call.gcosts, now, creditFrom);
       this.commitStart(kcores, kstates, call.kcosts, now, creditFrom);
+      if (p.extra !== undefined) extraCommit(p.extra, p.extra.states, call.cost, now);
       if (call.onAbort) call.signal!.removeEventListener('abort', call.onAbort);
       if (this.startEvents.listeners) this.startEvents.emit({ key: p.key, waitedMs: now - call.enqueuedAt });
-      call.resolve(this.invoke(call.fn, p, call.gcosts, call.kcosts));
+      if (p.aimd !== undefined && this.adapt !== false && this.adapt.aimd !== false && queue.size > 0) {
+        // The gate is the bottleneck (calls wait): AIMD may add to the rate after a quiet second.
+        const next = aimdOnTick(p.aimd, true, now, this.adapt.aimd);
+        if (next !== p.aimd) this.setAimd(p, next, now);
+      }
+      this.startCall(call, now);
     }
   }
 
@@ -980,8 +1312,7 @@ export class Gate {
 
   private partitionEmptied(p: Partition): void {
     p.queue = undefined;
-    p.shadowG = undefined;
-    p.shadowK = undefined;
+    this.dropShadow(p);
     p.waitingKey = false;
     this.globalWaiters.delete(p);
     if (p.timer !== undefined) {
@@ -991,6 +1322,8 @@ export class Gate {
     if (
       this.compact &&
       p.key !== undefined &&
+      p.extra === undefined &&
+      p.cum === undefined &&
       p.pausedUntil <= this.clock.now() &&
       this.partitions.get(p.key) === p
     ) {
@@ -1000,6 +1333,295 @@ export class Gate {
       this.idleEvents.emit(undefined);
       this.maybeSettleClose();
     }
+  }
+
+  // --- calls whose outcome the gate reads --------------------------------------------------------
+
+  /** Run a dequeued or admitted call (its units are committed). */
+  private startCall(call: Call, now: number): void {
+    const p = call.partition;
+    if (call.inspect === undefined && call.budget === undefined) {
+      call.resolve(this.invoke(call.fn, p, call.gcosts, call.kcosts, call.cost, now));
+      return;
+    }
+    this.started++;
+    call.attempt++;
+    p.cum ??= new Map();
+    this.countStart(p, call.cost, now);
+    call.seq = p.seq;
+    call.mark = new Map(p.cum);
+    if (this.observe) this.inFlight++;
+    let result: Promise<unknown>;
+    try {
+      result = Promise.resolve(call.fn());
+    } catch (error) {
+      result = Promise.reject(error);
+    }
+    result.then(
+      (value) => this.completed(call, value),
+      (error) => this.failed(call, error),
+    );
+  }
+
+  private failed(call: Call, error: unknown): void {
+    if (this.observe) this.release(call.partition, call.gcosts, call.kcosts);
+    // The request may have reached the provider: charge the estimate (never under-count).
+    this.settleBudget(call, call.priceMicros);
+    call.reject(error);
+  }
+
+  private completed(call: Call, value: unknown): void {
+    if (this.observe) this.release(call.partition, call.gcosts, call.kcosts);
+    let inspection: Inspection | undefined | Promise<Inspection | undefined>;
+    try {
+      inspection = call.inspect?.(value as never);
+    } catch {
+      inspection = undefined;
+    }
+    if (inspection instanceof Promise) {
+      inspection.then(
+        (result) => this.afterInspection(call, value, result),
+        () => this.afterInspection(call, value, undefined),
+      );
+    } else {
+      this.afterInspection(call, value, inspection);
+    }
+  }
+
+  private afterInspection(call: Call, value: unknown, inspection: Inspection | undefined): void {
+    if (inspection === undefined || typeof inspection !== 'object' || typeof inspection.status !== 'number') {
+      this.finish(call, value, undefined);
+      return;
+    }
+    const p = call.partition;
+    const now = this.clock.now();
+    if (inspection.actualCost !== undefined) this.reconcile(call, inspection.actualCost, now);
+    const adapt = this.adapt;
+    if (adapt === false) {
+      this.finish(call, value, inspection);
+      return;
+    }
+    let observation: RateLimitObservation;
+    try {
+      observation = parseRateLimitHeaders(inspection.status, inspection.headers, {
+        now,
+        body: inspection.body,
+      });
+    } catch {
+      // Hostile input never breaks a call: an unreadable response says nothing.
+      observation = { policies: [] };
+    }
+    this.learnFrom(p, call, observation, inspection.status, now, adapt);
+    const verdict = verdictFor(
+      {
+        status: inspection.status,
+        method: inspection.method,
+        observation,
+        attempt: call.attempt,
+        retryable: inspection.retryable !== false && !this.closed,
+      },
+      adapt,
+      now,
+      this.random,
+    );
+    if (verdict.kind === 'done') {
+      this.finish(call, value, inspection);
+      return;
+    }
+    discard(inspection);
+    const reason = observation.retryAfterMs !== undefined ? 'retry-after' : 'backoff';
+    if (verdict.kind === 'retry' && verdict.pauseUntil <= call.deadline) {
+      this.pausePartition(p, verdict.pauseUntil, reason, now);
+      this.requeue(call, now);
+      return;
+    }
+    this.pausePartition(p, verdict.pauseUntil, reason, now);
+    // A throttled response was not processed: charge only what the provider said it charged.
+    this.settleBudget(call, inspection.actualPriceMicros ?? 0);
+    const retryAt = verdict.kind === 'refuse' ? verdict.retryAt : verdict.pauseUntil;
+    call.reject(
+      new RateLimitedError(
+        verdict.kind === 'refuse' && verdict.reason === 'retry-after-cap'
+          ? `Provider asked to wait ${verdict.delayMs} ms, more than maxRetryAfterMs ${adapt.maxRetryAfterMs}`
+          : verdict.kind === 'refuse'
+            ? `Rate limited after ${call.attempt} attempt(s)`
+            : `Rate limited; the retry could not start within maxQueueTimeMs ${call.maxQueueTimeMs}`,
+        { retryAt, retryAfterMs: verdict.delayMs, attempts: call.attempt, status: inspection.status },
+      ),
+    );
+  }
+
+  private finish(call: Call, value: unknown, inspection: Inspection | undefined): void {
+    this.settleBudget(call, inspection?.actualPriceMicros ?? call.priceMicros);
+    call.resolve(value);
+  }
+
+  private settleBudget(call: Call, actualMicros: number): void {
+    if (call.budget === undefined) return;
+    const reservation = call.budget;
+    call.budget = undefined;
+    try {
+      this.budget!.settle(reservation, actualMicros);
+    } catch {
+      // An invalid actual (NaN, negative) from a price header must not lose the call's result:
+      // keep the estimate, which is what was reserved.
+      this.budget!.settle(reservation, reservation.estimateMicros);
+    }
+  }
+
+  /** Settle the units a call actually used: refund the difference or charge the extra. */
+  private reconcile(call: Call, actual: Readonly<Record<string, number>>, now: number): void {
+    const p = call.partition;
+    const adjust = (core: LimitCore, state: unknown, estimated: number): unknown => {
+      const used = actual[core.unit];
+      if (!core.timed || used === undefined || !Number.isFinite(used) || used < 0 || used === estimated)
+        return state;
+      return used < estimated
+        ? core.refund(state, estimated - used, now, now)
+        : core.take(state, Math.min(used - estimated, core.capacity), now);
+    };
+    this.globalCores.forEach((core, i) => {
+      this.globalStates[i] = adjust(core, this.globalStates[i], call.gcosts[i]!);
+    });
+    this.keyCores.forEach((core, i) => {
+      p.keyStates[i] = adjust(core, p.keyStates[i], call.kcosts[i]!);
+    });
+    p.extra?.cores.forEach((core, i) => {
+      p.extra!.states[i] = adjust(core, p.extra!.states[i], unitCost(call.cost, core.unit));
+    });
+    if (p.queue !== undefined) this.replanAndDrain(p, now);
+  }
+
+  /** Put a throttled call back at the head of its queue: it pays quota again when it restarts. */
+  private requeue(call: Call, now: number): void {
+    const p = call.partition;
+    if (call.signal?.aborted) {
+      this.rejectCall(call, new AbortedError(call.signal.reason));
+      return;
+    }
+    const queue = p.queue ?? new CallQueue<Call>();
+    p.queue = queue;
+    queue.unshift(call);
+    this.queuedTotal++;
+    this.listenForAbort(call);
+    this.replanAndDrain(p, now);
+  }
+
+  /** Apply what a response says about the partition's limits. */
+  private learnFrom(
+    p: Partition,
+    call: Call,
+    observation: RateLimitObservation,
+    status: number,
+    now: number,
+    adapt: AdaptOptions,
+  ): void {
+    let changed = false;
+    // Server quotas: "remaining units until reset", minus what we sent after this call.
+    const units = new Set<string>();
+    for (const policy of observation.policies) {
+      if (policy.remaining !== undefined && policy.resetMs !== undefined) units.add(policy.unit);
+    }
+    for (const unit of units) {
+      let policy: (typeof observation.policies)[number] | undefined;
+      for (const candidate of observation.policies) {
+        if (candidate.unit !== unit || candidate.remaining === undefined || candidate.resetMs === undefined)
+          continue;
+        if (policy === undefined || candidate.remaining < policy.remaining!) policy = candidate;
+      }
+      const id = `quota:${unit}`;
+      const index = p.extra?.ids.indexOf(id) ?? -1;
+      const previous = index >= 0 ? (p.extra!.states[index] as ServerQuotaState) : undefined;
+      // A response to an older call than the one that set the quota is stale.
+      if (previous !== undefined && previous.seq > call.seq) continue;
+      const unseen = (p.cum?.get(unit) ?? 0) - (call.mark?.get(unit) ?? 0);
+      const allowance = policy!.remaining! - unseen;
+      const resetAt = now + policy!.resetMs!;
+      const state: ServerQuotaState = {
+        allowance,
+        resetAt,
+        // spread: ms per unit so what is left lasts until the reset.
+        spacingMs: adapt.pacing === 'spread' && allowance > 0 ? policy!.resetMs! / allowance : 0,
+        nextAt: previous?.nextAt ?? now,
+        seq: call.seq,
+      };
+      this.setExtra(p, id, quotaCore(unit), state);
+      changed = true;
+    }
+    if (adapt.learn) {
+      for (const policy of observation.policies) {
+        const spec = learnedSpec(policy);
+        if (spec === undefined) continue;
+        if ([...this.globalCores, ...this.keyCores].some((core) => isAtLeastAsTight(core, spec))) continue;
+        const id = `learned:${spec.unit}:${spec.intervalMs}`;
+        const index = p.extra?.ids.indexOf(id) ?? -1;
+        if (index >= 0 && p.extra!.cores[index]!.spec.limit === spec.limit) continue;
+        let core: LimitCore;
+        try {
+          core = createLimit(spec, 'learned');
+        } catch {
+          continue;
+        }
+        const state = index >= 0 ? p.extra!.states[index] : core.initial(now);
+        this.setExtra(p, id, core, state);
+        this.limitsEvents.emit({
+          key: p.key,
+          reason: `learned ${spec.limit} ${spec.unit} per ${spec.intervalMs} ms`,
+        });
+        changed = true;
+      }
+    }
+    const throttled = status === 429 || observation.throttled === true;
+    const informed = observation.policies.some(
+      (policy) =>
+        policy.unit === 'requests' && (policy.remaining !== undefined || policy.limit !== undefined),
+    );
+    if (throttled && !informed && adapt.aimd !== false) {
+      const next = aimdOnThrottle(p.aimd, this.recentRate(p, now), call.seq, p.seq, now, adapt.aimd);
+      if (next !== undefined && next !== p.aimd) {
+        this.setAimd(p, next, now);
+        changed = true;
+      }
+    }
+    if (changed && p.queue !== undefined) this.replanAndDrain(p, now);
+  }
+
+  /** Calls per second this partition started recently: AIMD's starting point. */
+  private recentRate(p: Partition, now: number): number {
+    const elapsedSec = Math.max(1, (now - p.firstStartAt) / 1000);
+    return Math.max(1, Math.min(p.seq, RECENT_STARTS * 1000) / elapsedSec);
+  }
+
+  private setAimd(p: Partition, state: AimdState, now: number): void {
+    p.aimd = state;
+    const index = p.extra?.ids.indexOf('aimd') ?? -1;
+    // Keep the leaky bucket's theoretical arrival time: only the spacing changes.
+    const carried = index >= 0 ? p.extra!.states[index] : now;
+    this.setExtra(p, 'aimd', aimdCore(state.ratePerSec), carried);
+    this.limitsEvents.emit({ key: p.key, reason: `aimd ${state.ratePerSec.toFixed(2)}/s` });
+  }
+
+  private setExtra(p: Partition, id: string, core: LimitCore, state: unknown): void {
+    const extra = p.extra ?? { ids: [], cores: [], states: [] };
+    p.extra = extra;
+    const index = extra.ids.indexOf(id);
+    if (index >= 0) {
+      extra.cores[index] = core;
+      extra.states[index] = state;
+    } else {
+      extra.ids.push(id);
+      extra.cores.push(core);
+      extra.states.push(state);
+    }
+    this.dropShadow(p);
+  }
+}
+
+function discard(inspection: Inspection): void {
+  try {
+    inspection.discard?.();
+  } catch {
+    // Releasing a response we drop anyway must not fail the call.
   }
 }
 

@@ -1,8 +1,10 @@
+import { BudgetGuard, type BudgetGuardOptions, createBudgetGuard } from '../budget/budget-guard.js';
 import type { Clock } from '../clock.js';
 import { systemClock } from '../clock.js';
+import { type AdaptOptions, defaultAdaptOptions } from '../core/adaptation.js';
 import { createLimit } from '../core/create-limit.js';
 import type { LimitCore, LimitSpec } from '../core/limit.js';
-import { integerOrInfinity, invalid, plainObject } from '../validate.js';
+import { finiteNumber, integer, integerOrInfinity, invalid, oneOf, plainObject } from '../validate.js';
 
 export interface GateOptions {
   /**
@@ -32,6 +34,24 @@ export interface GateOptions {
   maxQueueTimeMs?: number;
   /** Time source. Tests inject a manual clock. @default systemClock */
   clock?: Clock;
+  /**
+   * How the gate listens to providers on calls that carry an `inspect` (every HTTP adapter does):
+   * pauses on 429/503, retries, pacing of `remaining`, limits learned from headers, AIMD.
+   * `false` turns adaptation off (responses are returned as they are).
+   */
+  adapt?: Partial<AdaptOptionsInput> | false;
+  /**
+   * Money budgets: a guard, or the options to build one (its clock defaults to the gate's).
+   * A call's estimate is its `priceMicros` (or `defaultPriceMicros`); it is reserved before the
+   * call is queued and settled with the actual price after the response.
+   */
+  budget?: BudgetGuard | (Omit<BudgetGuardOptions, 'clock'> & { defaultPriceMicros?: number });
+  /** Randomness for backoff jitter, in [0, 1). Tests inject a fixed one. @default Math.random */
+  random?: () => number;
+}
+
+export interface AdaptOptionsInput extends Omit<AdaptOptions, 'aimd'> {
+  aimd: false | Partial<Exclude<AdaptOptions['aimd'], false>>;
 }
 
 export interface NormalizedGateOptions {
@@ -40,9 +60,87 @@ export interface NormalizedGateOptions {
   readonly maxQueue: number;
   readonly maxQueueTimeMs: number;
   readonly clock: Clock;
+  readonly adapt: AdaptOptions | false;
+  readonly budget: BudgetGuard | undefined;
+  /** True when the gate built the guard (and so closes it). */
+  readonly ownsBudget: boolean;
+  readonly defaultPriceMicros: number;
+  readonly random: () => number;
 }
 
-const knownKeys = new Set(['limits', 'perKey', 'maxQueue', 'maxQueueTimeMs', 'clock']);
+const knownKeys = new Set([
+  'limits',
+  'perKey',
+  'maxQueue',
+  'maxQueueTimeMs',
+  'clock',
+  'adapt',
+  'budget',
+  'random',
+]);
+const adaptKeys = new Set(Object.keys(defaultAdaptOptions));
+
+function validateAdapt(value: unknown): AdaptOptions | false {
+  if (value === false) return false;
+  if (value === undefined) return defaultAdaptOptions;
+  const o = plainObject('adapt', value);
+  for (const key of Object.keys(o))
+    if (!adaptKeys.has(key)) throw invalid(`adapt.${key}`, 'a known adapt option', o[key]);
+  const d = defaultAdaptOptions;
+  let aimd: AdaptOptions['aimd'] = d.aimd;
+  if (o['aimd'] === false) aimd = false;
+  else if (o['aimd'] !== undefined) {
+    const a = plainObject('adapt.aimd', o['aimd']);
+    const base = d.aimd as Exclude<AdaptOptions['aimd'], false>;
+    const decrease = finiteNumber('adapt.aimd.decrease', a['decrease'] ?? base.decrease, {
+      min: 0,
+      minExclusive: true,
+    });
+    if (decrease >= 1) throw invalid('adapt.aimd.decrease', 'a number > 0 and < 1', decrease);
+    const minRatePerSec = finiteNumber('adapt.aimd.minRatePerSec', a['minRatePerSec'] ?? base.minRatePerSec, {
+      min: 0,
+      minExclusive: true,
+    });
+    const maxRatePerSec = a['maxRatePerSec'] ?? base.maxRatePerSec;
+    if (typeof maxRatePerSec !== 'number' || Number.isNaN(maxRatePerSec) || maxRatePerSec < minRatePerSec) {
+      throw invalid(
+        'adapt.aimd.maxRatePerSec',
+        `a number >= minRatePerSec (${minRatePerSec})`,
+        maxRatePerSec,
+      );
+    }
+    aimd = Object.freeze({
+      decrease,
+      increase: finiteNumber('adapt.aimd.increase', a['increase'] ?? base.increase, {
+        min: 0,
+        minExclusive: true,
+      }),
+      minRatePerSec,
+      maxRatePerSec,
+    });
+  }
+  const backoffBaseMs = finiteNumber('adapt.backoffBaseMs', o['backoffBaseMs'] ?? d.backoffBaseMs, {
+    min: 0,
+  });
+  const backoffMaxMs = finiteNumber('adapt.backoffMaxMs', o['backoffMaxMs'] ?? d.backoffMaxMs, { min: 0 });
+  const retryUnsafeOn503 = o['retryUnsafeOn503'] ?? d.retryUnsafeOn503;
+  if (typeof retryUnsafeOn503 !== 'boolean')
+    throw invalid('adapt.retryUnsafeOn503', 'a boolean', retryUnsafeOn503);
+  const learn = o['learn'] ?? d.learn;
+  if (typeof learn !== 'boolean') throw invalid('adapt.learn', 'a boolean', learn);
+  return Object.freeze({
+    pacing: oneOf('adapt.pacing', o['pacing'] ?? d.pacing, ['burst', 'spread'] as const),
+    maxRetries: integer('adapt.maxRetries', o['maxRetries'] ?? d.maxRetries, 0),
+    maxRetryAfterMs: finiteNumber('adapt.maxRetryAfterMs', o['maxRetryAfterMs'] ?? d.maxRetryAfterMs, {
+      min: 0,
+    }),
+    backoffBaseMs,
+    backoffMaxMs,
+    retryUnsafeOn503,
+    learn,
+    aimd,
+  });
+}
 
 export function buildCores(value: unknown, path: string): LimitCore[] {
   if (value === undefined) return [];
@@ -71,7 +169,24 @@ export function validateGateOptions(options: unknown): NormalizedGateOptions {
   if (typeof maxQueueTimeMs !== 'number' || Number.isNaN(maxQueueTimeMs) || maxQueueTimeMs < 0) {
     throw invalid('maxQueueTimeMs', 'a number >= 0 (Infinity for no deadline)', maxQueueTimeMs);
   }
+  const random = o['random'] ?? Math.random;
+  if (typeof random !== 'function') throw invalid('random', 'a function returning [0, 1)', random);
+  let budget: BudgetGuard | undefined;
+  let ownsBudget = false;
+  let defaultPriceMicros = 0;
+  if (o['budget'] instanceof BudgetGuard) budget = o['budget'];
+  else if (o['budget'] !== undefined) {
+    const { defaultPriceMicros: price, ...rest } = plainObject('budget', o['budget']);
+    if (price !== undefined) defaultPriceMicros = integer('budget.defaultPriceMicros', price, 0);
+    budget = createBudgetGuard({ ...(rest as unknown as BudgetGuardOptions), clock: clock as Clock });
+    ownsBudget = true;
+  }
   return Object.freeze({
+    adapt: validateAdapt(o['adapt']),
+    budget,
+    ownsBudget,
+    defaultPriceMicros,
+    random: random as () => number,
     globalCores: Object.freeze(buildCores(o['limits'], 'limits')),
     keyCores: Object.freeze(buildCores(o['perKey'], 'perKey')),
     maxQueue: integerOrInfinity('maxQueue', o['maxQueue'] ?? 10_000, 1),
