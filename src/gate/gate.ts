@@ -1562,7 +1562,14 @@ export class Gate {
         } catch {
           continue;
         }
-        const state = index >= 0 ? p.extra!.states[index] : core.initial(now);
+        let state = index >= 0 ? p.extra!.states[index] : core.initial(now);
+        if (index < 0) {
+          // Calls sent before the limit was known count in its first window: what the server
+          // says is used, plus what we sent after this call that it had not yet seen.
+          const unseen = (p.cum?.get(spec.unit!) ?? 0) - (call.mark?.get(spec.unit!) ?? 0);
+          const used = spec.limit - (policy.remaining ?? spec.limit) + unseen;
+          if (used > 0) state = core.take(state, Math.min(used, core.capacity), now);
+        }
         this.setExtra(p, id, core, state);
         this.limitsEvents.emit({
           key: p.key,
@@ -1576,7 +1583,8 @@ export class Gate {
       (policy) =>
         policy.unit === 'requests' && (policy.remaining !== undefined || policy.limit !== undefined),
     );
-    if (throttled && !informed && adapt.aimd !== false) {
+    // AIMD only when the provider says nothing at all: a Retry-After or a quota is better information.
+    if (throttled && !informed && observation.retryAfterMs === undefined && adapt.aimd !== false) {
       const next = aimdOnThrottle(p.aimd, this.recentRate(p, now), call.seq, p.seq, now, adapt.aimd);
       if (next !== undefined && next !== p.aimd) {
         this.setAimd(p, next, now);

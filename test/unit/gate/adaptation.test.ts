@@ -1,0 +1,310 @@
+import { describe, expect, it } from 'vitest';
+import { createBudgetGuard } from '../../../src/budget/budget-guard.js';
+import { RateLimitedError } from '../../../src/errors.js';
+import { createGate, type Inspection } from '../../../src/gate/gate.js';
+import { ManualClock } from '../../helpers/manual-clock.js';
+
+const flush = async () => {
+  for (let i = 0; i < 3; i++) await new Promise<void>((resolve) => setImmediate(resolve));
+};
+
+interface FakeResponse {
+  status: number;
+  headers: Record<string, string>;
+  body?: unknown;
+}
+
+const T0 = Date.parse('2026-11-30T12:00:00Z');
+
+/** A fake provider: `reply(n)` answers the n-th request (0-based) of the whole test. */
+function provider(clock: ManualClock, reply: (n: number) => FakeResponse) {
+  const sent: { n: number; at: number; key: string | undefined }[] = [];
+  let n = 0;
+  const call = (key?: string, method = 'GET') => {
+    const fn = async () => {
+      const index = n++;
+      sent.push({ n: index, at: clock.now(), key });
+      return reply(index);
+    };
+    const inspect = (r: FakeResponse): Inspection => ({
+      status: r.status,
+      headers: r.headers,
+      body: r.body,
+      method,
+    });
+    return { fn, inspect };
+  };
+  return { sent, call };
+}
+
+describe('gate adaptation: 429 and Retry-After', () => {
+  it('pauses the partition for Retry-After and retries the call from the head of its queue', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = provider(clock, (n) =>
+      n === 0 ? { status: 429, headers: { 'retry-after': '2' } } : { status: 200, headers: {} },
+    );
+    const first = api.call('api');
+    const second = api.call('api');
+    const a = gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+    await flush();
+    const b = gate.schedule(second.fn, { key: 'api', inspect: second.inspect });
+    await flush();
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0]);
+    expect(gate.stats('api').partition.pausedUntil).toBe(T0 + 2000);
+    clock.advance(2000);
+    await flush();
+    expect((await a).status).toBe(200);
+    expect((await b).status).toBe(200);
+    // The retried call went first, then the one queued behind it.
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0, 2000, 2000]);
+  });
+
+  it('refuses at once a queued call whose deadline the pause makes unreachable', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = provider(clock, (n) =>
+      n === 0 ? { status: 429, headers: { 'retry-after': '10' } } : { status: 200, headers: {} },
+    );
+    const first = api.call('api');
+    const a = gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+    const second = api.call('api');
+    const b = gate.schedule(second.fn, { key: 'api', inspect: second.inspect, maxQueueTimeMs: 1000 });
+    await flush();
+    // b had started at once (nothing limited it) - schedule a third that must wait behind the pause.
+    const third = api.call('api');
+    const c = gate.schedule(third.fn, { key: 'api', inspect: third.inspect, maxQueueTimeMs: 1000 });
+    await expect(c).rejects.toMatchObject({ code: 'ERR_QUEUE_TIMEOUT', predicted: true });
+    clock.advance(10_000);
+    await flush();
+    expect((await a).status).toBe(200);
+    expect((await b).status).toBe(200);
+  });
+
+  it('a Retry-After beyond maxRetryAfterMs rejects that call with retryAt and pauses no longer than the cap', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock, adapt: { maxRetryAfterMs: 5000 } });
+    const api = provider(clock, (n) =>
+      n === 0 ? { status: 429, headers: { 'retry-after': '86400' } } : { status: 200, headers: {} },
+    );
+    const first = api.call('api');
+    const error = await gate
+      .schedule(first.fn, { key: 'api', inspect: first.inspect })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(RateLimitedError);
+    expect(error).toMatchObject({
+      code: 'ERR_RATE_LIMITED',
+      retryAt: T0 + 86_400_000,
+      attempts: 1,
+      status: 429,
+    });
+    expect(gate.stats('api').partition.pausedUntil).toBe(T0 + 5000);
+    const next = api.call('api');
+    const later = gate.schedule(next.fn, { key: 'api', inspect: next.inspect });
+    clock.advance(5000);
+    await flush();
+    expect((await later).status).toBe(200);
+    expect(api.sent.at(-1)!.at - T0).toBe(5000);
+  });
+
+  it('gives up after maxRetries with RateLimitedError, backing off with full jitter when no time is given', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({
+      clock,
+      random: () => 0.5,
+      adapt: { maxRetries: 2, backoffBaseMs: 100, aimd: false },
+    });
+    const api = provider(clock, () => ({ status: 429, headers: {} }));
+    const c = api.call('api');
+    const p = gate.schedule(c.fn, { key: 'api', inspect: c.inspect });
+    const settled = p.catch((e: unknown) => e);
+    for (let i = 0; i < 5; i++) {
+      await flush();
+      clock.runAll();
+    }
+    const error = await settled;
+    expect(error).toMatchObject({ code: 'ERR_RATE_LIMITED', attempts: 3 });
+    // Delays: 0.5 * 100 * 2^(attempt-1) = 50 ms, then 100 ms.
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0, 50, 150]);
+  });
+
+  it('retries GET on a 503 with Retry-After but not POST unless configured', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = provider(clock, (n) =>
+      n % 2 === 0 ? { status: 503, headers: { 'retry-after': '1' } } : { status: 200, headers: {} },
+    );
+    const get = api.call('a', 'GET');
+    const g = gate.schedule(get.fn, { key: 'a', inspect: get.inspect });
+    await flush();
+    clock.advance(1000);
+    await flush();
+    expect((await g).status).toBe(200);
+    const post = api.call('b', 'POST');
+    const p = gate.schedule(post.fn, { key: 'b', inspect: post.inspect });
+    await flush();
+    expect((await p).status).toBe(503);
+  });
+});
+
+describe('gate adaptation: remaining and reset', () => {
+  it('burst pacing spends remaining at once, then waits for the reset, counting calls the server had not seen', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    // The first response says 3 remaining for 1 s; every later one says 0 until the reset.
+    const api = provider(clock, (n) => ({
+      status: 200,
+      headers:
+        n === 0
+          ? {
+              'x-ratelimit-limit': '4',
+              'x-ratelimit-remaining': '3',
+              'x-ratelimit-reset': String(T0 / 1000 + 1),
+            }
+          : {},
+    }));
+    const first = api.call('api');
+    await gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+    const rest = Array.from({ length: 5 }, () => {
+      const c = api.call('api');
+      return gate.schedule(c.fn, { key: 'api', inspect: c.inspect });
+    });
+    await flush();
+    expect(api.sent.length).toBe(4);
+    clock.advance(1000);
+    await flush();
+    await Promise.all(rest);
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0, 0, 0, 0, 1000, 1000]);
+  });
+
+  it('spread pacing spaces remaining evenly over the time to reset', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock, adapt: { pacing: 'spread' } });
+    const api = provider(clock, (n) => ({
+      status: 200,
+      headers: n === 0 ? { 'ratelimit-limit': '10', 'ratelimit-remaining': '4', 'ratelimit-reset': '2' } : {},
+    }));
+    const first = api.call('api');
+    await gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+    const rest = Array.from({ length: 4 }, () => {
+      const c = api.call('api');
+      return gate.schedule(c.fn, { key: 'api', inspect: c.inspect });
+    });
+    clock.runAll();
+    await flush();
+    await Promise.all(rest);
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0, 0, 500, 1000, 1500]);
+  });
+
+  it('learns a limit from IETF structured headers and never exceeds it', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = provider(clock, () => ({
+      status: 200,
+      headers: { 'ratelimit-policy': '"burst";q=3;w=1', ratelimit: '"burst";r=2;t=1' },
+    }));
+    const first = api.call('api');
+    await gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+    const adaptive = gate.stats('api').partition.adaptive;
+    expect(adaptive.find((l) => l.algorithm === 'sliding-log')).toMatchObject({ limit: 3, intervalMs: 1000 });
+    expect(adaptive.find((l) => l.algorithm === 'server-quota')).toMatchObject({
+      available: 2,
+      resetAt: T0 + 1000,
+    });
+    const rest = Array.from({ length: 5 }, () => {
+      const c = api.call('api');
+      return gate.schedule(c.fn, { key: 'api', inspect: c.inspect });
+    });
+    for (let i = 0; i < 3; i++) {
+      await flush();
+      clock.runAll();
+    }
+    await Promise.all(rest);
+    const times = api.sent.map((s) => s.at - T0);
+    expect(times.length).toBe(6);
+    // Never more than 3 in any window of 1000 ms (half-open), and no idling beyond the window.
+    for (const t of times) expect(times.filter((u) => u >= t && u < t + 1000).length).toBeLessThanOrEqual(3);
+    expect(Math.max(...times)).toBe(1000);
+  });
+
+  it('garbage headers never throw and never pause', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = provider(clock, () => ({
+      status: 200,
+      headers: {
+        'retry-after': 'soon',
+        'x-ratelimit-remaining': 'NaN',
+        'x-ratelimit-reset': '-5',
+        ratelimit: '"p";r=fifty',
+        'ratelimit-policy': '\u0000\u0001',
+        'x-ratelimit-limit-requests': '1e999',
+      },
+    }));
+    const c = api.call('api');
+    expect((await gate.schedule(c.fn, { key: 'api', inspect: c.inspect })).status).toBe(200);
+    expect(gate.stats('api').partition.pausedUntil).toBe(0);
+  });
+});
+
+describe('gate adaptation: AIMD and costs', () => {
+  it('halves-ish the rate on a 429 without headers (AIMD) and shows it in stats', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock, random: () => 0, adapt: { aimd: { decrease: 0.5 } } });
+    const api = provider(clock, (n) =>
+      n === 10 ? { status: 429, headers: {} } : { status: 200, headers: {} },
+    );
+    for (let i = 0; i < 10; i++) {
+      const c = api.call('api');
+      await gate.schedule(c.fn, { key: 'api', inspect: c.inspect });
+      clock.advance(100);
+    }
+    const c = api.call('api');
+    await gate.schedule(c.fn, { key: 'api', inspect: c.inspect });
+    const aimd = gate.stats('api').partition.adaptive.find((l) => l.algorithm === 'leaky-bucket');
+    expect(aimd?.ratePerSec).toBeGreaterThan(0);
+    expect(aimd?.ratePerSec).toBeLessThanOrEqual(5.5);
+  });
+
+  it('refunds tokens a call did not use, so the next call starts sooner', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({
+      clock,
+      limits: [{ algorithm: 'token-bucket', limit: 1000, intervalMs: 1000, unit: 'tokens' }],
+    });
+    const starts: number[] = [];
+    const fn = async () => {
+      starts.push(clock.now() - T0);
+      return { status: 200 };
+    };
+    const inspect = (): Inspection => ({ status: 200, headers: {}, actualCost: { tokens: 200 } });
+    await gate.schedule(fn, { cost: { tokens: 1000 }, inspect });
+    const second = gate.schedule(fn, { cost: { tokens: 800 }, inspect });
+    await flush();
+    await second;
+    // 1000 estimated, 200 used: 800 refunded, so the second call fits at once.
+    expect(starts).toEqual([0, 0]);
+  });
+
+  it('a budget refuses before sending and settles the actual price', async () => {
+    const clock = new ManualClock(T0);
+    const budget = createBudgetGuard({
+      budgets: { name: 'day', limit: 1, period: 'day' },
+      ledger: 'memory',
+      clock,
+    });
+    const gate = createGate({ clock, budget });
+    let sent = 0;
+    const fn = async () => {
+      sent++;
+      return { status: 200 };
+    };
+    const inspect = (): Inspection => ({ status: 200, headers: {}, actualPriceMicros: 300_000 });
+    await gate.schedule(fn, { priceMicros: 600_000, inspect });
+    expect(gate.spend()[0]).toMatchObject({ spentMicros: 300_000, reservedMicros: 0 });
+    await gate.schedule(fn, { priceMicros: 600_000, inspect });
+    const refused = gate.schedule(fn, { priceMicros: 600_000, inspect });
+    await expect(refused).rejects.toMatchObject({ code: 'ERR_BUDGET_EXCEEDED', limitMicros: 1_000_000 });
+    expect(sent).toBe(2);
+  });
+});
