@@ -2,6 +2,7 @@
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import os from 'node:os';
+import { budget } from './budget.js';
 import { overhead } from './overhead.js';
 import { precision } from './precision.js';
 import { fmt, table } from './stats.js';
@@ -86,6 +87,18 @@ if (!only || only === 'timers') {
     '## Timers live with 10k queued calls (1 per second)',
     '',
     table(['contender', 'queued', 'live timers'], rows),
+  );
+}
+
+if (!only || only === 'budget') {
+  console.log('budget...');
+  const b = await budget();
+  sections.push(
+    '## Budget check overhead: 20k async no-op calls, each reserving and settling 10 micro-dollars',
+    '',
+    'The ledger commits each reservation before the call is sent (SQLite WAL, synchronous=NORMAL, BEGIN IMMEDIATE).',
+    '',
+    b.markdown,
   );
 }
 

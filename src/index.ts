@@ -1,7 +1,33 @@
 // The public API of tollgate. Everything exported here is supported; anything not listed is internal.
 
+export type { BudgetSpec } from './budget/budget.js';
+// Budgets: exact money in integer micro-units, persistent ledgers.
+export type {
+  BudgetDecision,
+  BudgetGuardOptions,
+  BudgetReservation,
+  BudgetSpend,
+  ThresholdEvent,
+} from './budget/budget-guard.js';
+export { BudgetGuard, createBudgetGuard } from './budget/budget-guard.js';
+export type { CostModel, CostModelOptions, PriceTable, Usage } from './budget/cost-model.js';
+export {
+  costFromUsage,
+  createCostModel,
+  priceFromHeader,
+  priceTable,
+  readUsage,
+} from './budget/cost-model.js';
+export type { BudgetRefusal } from './budget/errors.js';
+export { BudgetExceededError, LedgerCorruptError } from './budget/errors.js';
+export type { FileLedgerOptions } from './budget/file-ledger.js';
+export { defaultLedgerPath, FileLedger } from './budget/file-ledger.js';
+export type { Ledger } from './budget/ledger.js';
+export { MemoryLedger } from './budget/memory-ledger.js';
+export { formatMicros, parseMoney } from './budget/money.js';
 export type { Clock } from './clock.js';
 export { systemClock } from './clock.js';
+export type { AdaptOptions, AimdOptions } from './core/adaptation.js';
 export { createLimit } from './core/create-limit.js';
 export type { Algorithm, Decision, LimitCore, LimitSpec } from './core/limit.js';
 export { reserveAt, tryAcquireAt } from './core/limit.js';
@@ -30,7 +56,16 @@ export type {
   ResumeEvent,
   StartEvent,
 } from './gate/events.js';
-export type { CloseOptions, GateStats, LimitStats, PartitionStats, ScheduleOptions } from './gate/gate.js';
+export type {
+  CloseOptions,
+  GateStats,
+  Inspection,
+  LimitStats,
+  PartitionStats,
+  ScheduleOptions,
+} from './gate/gate.js';
 export { createGate, Gate } from './gate/gate.js';
-export type { GateOptions } from './gate/options.js';
+export type { AdaptOptionsInput, GateOptions } from './gate/options.js';
 export * from './headers/index.js';
+// Internal, deliberately not exported: the per-algorithm factories (createLimit is the one entry),
+// the server-quota core and the ledger's accounting helpers (their shapes may change).
