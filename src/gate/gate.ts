@@ -160,6 +160,9 @@ interface Call extends QueueEntry {
   attempt: number;
   seq: number;
   mark: Map<string, number> | undefined;
+  /** The limits in force when the call last started (for releasing its permits). */
+  gcores: readonly LimitCore[] | undefined;
+  kcores: readonly LimitCore[] | undefined;
 }
 
 interface Extra {
@@ -190,6 +193,8 @@ class Partition {
   cum: Map<string, number> | undefined = undefined;
   firstStartAt = 0;
   aimd: AimdState | undefined = undefined;
+  /** Queued calls with a finite deadline, as a min-heap on `deadline` (removed entries skipped lazily). */
+  deadlines: Call[] | undefined = undefined;
 
   constructor(key: string | undefined, keyStates: unknown[]) {
     this.key = key;
@@ -294,6 +299,65 @@ function carryState(previous: LimitCore, state: unknown, next: LimitCore, now: n
   }
 }
 
+function heapPush(heap: Call[], call: Call): void {
+  heap.push(call);
+  let i = heap.length - 1;
+  while (i > 0) {
+    const parent = (i - 1) >> 1;
+    if (heap[parent]!.deadline <= call.deadline) break;
+    heap[i] = heap[parent]!;
+    i = parent;
+  }
+  heap[i] = call;
+}
+
+function heapPop(heap: Call[]): void {
+  const last = heap.pop()!;
+  if (heap.length === 0) return;
+  let i = 0;
+  for (;;) {
+    const left = 2 * i + 1;
+    if (left >= heap.length) break;
+    const right = left + 1;
+    const child = right < heap.length && heap[right]!.deadline < heap[left]!.deadline ? right : left;
+    if (heap[child]!.deadline >= last.deadline) break;
+    heap[i] = heap[child]!;
+    i = child;
+  }
+  heap[i] = last;
+}
+
+/** The earliest deadline of a call still queued (not started, not refused). */
+function nextDeadline(heap: Call[] | undefined): number {
+  if (heap === undefined) return Infinity;
+  while (heap.length > 0 && heap[0]!.removed) heapPop(heap);
+  return heap.length > 0 ? heap[0]!.deadline : Infinity;
+}
+
+/**
+ * Which previous limit each new limit continues: concurrency limits by unit (the k-th concurrency
+ * limit of a unit continues the k-th one, wherever they sit: in-flight counts must follow), the
+ * others by position when algorithm and unit are the same.
+ */
+function matchPrevious(previous: readonly LimitCore[], next: readonly LimitCore[]): (number | undefined)[] {
+  const seen = new Map<string, number>();
+  return next.map((core, i) => {
+    if (core.timed) {
+      const old = previous[i];
+      return old !== undefined && old.timed && old.algorithm === core.algorithm && old.unit === core.unit
+        ? i
+        : undefined;
+    }
+    const occurrence = seen.get(core.unit) ?? 0;
+    seen.set(core.unit, occurrence + 1);
+    let count = 0;
+    for (let j = 0; j < previous.length; j++) {
+      if (!previous[j]!.timed && previous[j]!.unit === core.unit && count++ === occurrence) return j;
+    }
+    return undefined;
+  });
+}
+
 /**
  * The gate: a bounded queue per partition draining through every limit that applies. Create it with
  * `createGate(options)`.
@@ -333,6 +397,8 @@ export class Gate {
   private closed = false;
   private closeWaiters: (() => void)[] = [];
   private readonly globalWaiters = new Set<Partition>();
+  /** A concurrency limit replaced by setLimits -> the one that carries its in-flight count. */
+  private readonly successor = new WeakMap<LimitCore, LimitCore>();
   private sweepIterator: Iterator<[string, Partition | number]> | undefined = undefined;
 
   private readonly queuedEvents = new Emitter<QueuedEvent>();
@@ -556,9 +622,11 @@ export class Gate {
     const keyCores = update.perKey === undefined ? undefined : buildCores(update.perKey, 'perKey');
     const now = this.clock.now();
     if (globalCores) {
+      const match = matchPrevious(this.globalCores, globalCores);
       const states = globalCores.map((core, i) => {
-        const previous = this.globalCores[i];
-        return previous ? carryState(previous, this.globalStates[i], core, now) : core.initial(now);
+        const previous = match[i] === undefined ? undefined : this.globalCores[match[i]!];
+        if (previous !== undefined && !core.timed) this.successor.set(previous, core);
+        return previous ? carryState(previous, this.globalStates[match[i]!], core, now) : core.initial(now);
       });
       this.globalStates.length = 0;
       this.globalStates.push(...states);
@@ -566,10 +634,15 @@ export class Gate {
     }
     if (keyCores) {
       const previousCores = this.keyCores;
+      const match = matchPrevious(previousCores, keyCores);
+      keyCores.forEach((core, i) => {
+        const previous = match[i] === undefined ? undefined : previousCores[match[i]!];
+        if (previous !== undefined && !core.timed) this.successor.set(previous, core);
+      });
       const carry = (states: unknown[]) =>
         keyCores.map((core, i) => {
-          const previous = previousCores[i];
-          return previous ? carryState(previous, states[i], core, now) : core.initial(now);
+          const previous = match[i] === undefined ? undefined : previousCores[match[i]!];
+          return previous ? carryState(previous, states[match[i]!], core, now) : core.initial(now);
         });
       this.defaultPartition.keyStates = carry(this.defaultPartition.keyStates);
       for (const [key, entry] of this.partitions) {
@@ -949,6 +1022,8 @@ export class Gate {
       attempt: 0,
       seq: 0,
       mark: undefined,
+      gcores: undefined,
+      kcores: undefined,
     };
     return { call, promise };
   }
@@ -979,7 +1054,9 @@ export class Gate {
     } catch (error) {
       result = Promise.reject(error);
     }
-    const done = () => this.release(p, gcosts, kcosts);
+    const gcores = this.globalCores;
+    const kcores = this.keyCores;
+    const done = () => this.release(p, gcores, gcosts, kcores, kcosts);
     result.then(done, done);
     return result;
   }
@@ -996,26 +1073,35 @@ export class Gate {
     }
   }
 
-  private release(p: Partition, gcosts: readonly number[], kcosts: readonly number[]): void {
+  /**
+   * A call finished: give its concurrency permits back. `gcores`/`kcores` are the limits in force
+   * when it started; after `setLimits` a permit goes back to the limit that took over its count
+   * (see `successor`), or nowhere if that limit is gone.
+   */
+  private release(
+    p: Partition,
+    gcores: readonly LimitCore[],
+    gcosts: readonly number[],
+    kcores: readonly LimitCore[],
+    kcosts: readonly number[],
+  ): void {
     this.inFlight--;
     const now = this.clock.now();
     let global = false;
-    const gcores = this.globalCores;
     for (let i = 0; i < gcores.length; i++) {
-      const core = gcores[i]!;
-      if (!core.timed && gcosts[i]) {
-        this.globalStates[i] = core.refund(this.globalStates[i], gcosts[i]!, now, now);
-        global = true;
-      }
+      if (gcores[i]!.timed || !gcosts[i]) continue;
+      const j = this.currentIndex(gcores[i]!, this.globalCores);
+      if (j < 0) continue;
+      this.globalStates[j] = this.globalCores[j]!.refund(this.globalStates[j], gcosts[i]!, now, now);
+      global = true;
     }
-    const kcores = this.keyCores;
     let keyed = false;
     for (let i = 0; i < kcores.length; i++) {
-      const core = kcores[i]!;
-      if (!core.timed && kcosts[i]) {
-        p.keyStates[i] = core.refund(p.keyStates[i], kcosts[i]!, now, now);
-        keyed = true;
-      }
+      if (kcores[i]!.timed || !kcosts[i]) continue;
+      const j = this.currentIndex(kcores[i]!, this.keyCores);
+      if (j < 0) continue;
+      p.keyStates[j] = this.keyCores[j]!.refund(p.keyStates[j], kcosts[i]!, now, now);
+      keyed = true;
     }
     if (keyed && p.waitingKey) {
       p.waitingKey = false;
@@ -1027,6 +1113,17 @@ export class Gate {
       for (const waiter of waiters) this.drain(waiter);
     }
     this.maybeSettleClose();
+  }
+
+  /** Where `core`'s count lives now: its index in `cores`, following `setLimits` replacements. */
+  private currentIndex(core: LimitCore, cores: readonly LimitCore[]): number {
+    let current: LimitCore | undefined = core;
+    for (let hops = 0; current !== undefined && hops < 64; hops++) {
+      const index = cores.indexOf(current);
+      if (index >= 0) return index;
+      current = this.successor.get(current);
+    }
+    return -1;
   }
 
   /** Reject a call that never made it into a queue. */
@@ -1067,17 +1164,55 @@ export class Gate {
     queue.push(call);
     this.queuedTotal++;
     this.listenForAbort(call);
+    this.trackDeadline(p, call);
     if (appending) {
       this.reserveInShadow(p, call, startAt);
     } else {
       // A higher priority jumped the queue: every call behind it moves; re-plan them all now.
       this.replan(p, now, call);
-      if (call.removed) return;
+      if (call.removed) {
+        // The re-plan may have refused every call: let drain re-arm or clear the partition.
+        this.drain(p);
+        return;
+      }
     }
     if (this.queuedEvents.listeners) {
       this.queuedEvents.emit({ key: p.key, predictedWaitMs: startAt - now, queued: queue.size });
     }
     if (queue.peek() === call) this.drain(p);
+    else if (call.deadline !== Infinity && (p.timer === undefined || call.deadline < p.timerAt)) {
+      // Behind a waiting head: the one timer must also wake for this call's deadline.
+      this.arm(p, call.deadline, now);
+    }
+  }
+
+  private trackDeadline(p: Partition, call: Call): void {
+    if (call.deadline === Infinity) return;
+    const heap = p.deadlines ?? [];
+    p.deadlines = heap;
+    heapPush(heap, call);
+  }
+
+  /**
+   * Refuse every queued call whose deadline has come while it still waits (the head was handled by
+   * the caller), then arm the partition's one timer for `wakeAt` or the next deadline, whichever
+   * is first: a call behind a blocked head is refused when its deadline passes, never started late.
+   */
+  private waitUntil(p: Partition, wakeAt: number, now: number): void {
+    const heap = p.deadlines;
+    if (heap !== undefined) {
+      while (heap.length > 0 && (heap[0]!.removed || heap[0]!.deadline <= now)) {
+        const call = heap[0]!;
+        heapPop(heap);
+        if (!call.removed) this.refuse(call, this.deadlineError(call, now, false));
+      }
+      if (p.queue?.peek() === undefined) {
+        this.drain(p);
+        return;
+      }
+    }
+    const at = Math.min(wakeAt, nextDeadline(heap));
+    if (at !== Infinity) this.arm(p, at, now);
   }
 
   private listenForAbort(call: Call): void {
@@ -1236,7 +1371,7 @@ export class Gate {
           this.refuse(call, this.deadlineError(call, pausedUntil, false));
           continue;
         }
-        this.arm(p, pausedUntil, now);
+        this.waitUntil(p, pausedUntil, now);
         return;
       }
       let startAt = now;
@@ -1262,7 +1397,7 @@ export class Gate {
           this.refuse(call, this.deadlineError(call, startAt, false));
           continue;
         }
-        this.arm(p, startAt, now);
+        this.waitUntil(p, startAt, now);
         return;
       }
       if (blocked !== undefined) {
@@ -1272,9 +1407,14 @@ export class Gate {
         }
         if (blocked === 'global') this.globalWaiters.add(p);
         else p.waitingKey = true;
-        // Wake at the head's deadline to refuse it then if no permit came.
-        if (call.deadline !== Infinity) this.arm(p, call.deadline, now);
+        // No start time to wait for: wake at the next deadline (the head's or another call's).
+        this.waitUntil(p, Infinity, now);
         return;
+      }
+      if (call.deadline < now) {
+        // Never start a call after its deadline (a late timer or a long synchronous task).
+        this.refuse(call, this.deadlineError(call, now, false));
+        continue;
       }
       queue.shift();
       this.queuedTotal--;
@@ -1312,6 +1452,7 @@ export class Gate {
 
   private partitionEmptied(p: Partition): void {
     p.queue = undefined;
+    p.deadlines = undefined;
     this.dropShadow(p);
     p.waitingKey = false;
     this.globalWaiters.delete(p);
@@ -1346,6 +1487,8 @@ export class Gate {
     }
     this.started++;
     call.attempt++;
+    call.gcores = this.globalCores;
+    call.kcores = this.keyCores;
     p.cum ??= new Map();
     this.countStart(p, call.cost, now);
     call.seq = p.seq;
@@ -1364,14 +1507,14 @@ export class Gate {
   }
 
   private failed(call: Call, error: unknown): void {
-    if (this.observe) this.release(call.partition, call.gcosts, call.kcosts);
+    if (this.observe) this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts);
     // The request may have reached the provider: charge the estimate (never under-count).
     this.settleBudget(call, call.priceMicros);
     call.reject(error);
   }
 
   private completed(call: Call, value: unknown): void {
-    if (this.observe) this.release(call.partition, call.gcosts, call.kcosts);
+    if (this.observe) this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts);
     let inspection: Inspection | undefined | Promise<Inspection | undefined>;
     try {
       inspection = call.inspect?.(value as never);
@@ -1504,6 +1647,7 @@ export class Gate {
     queue.unshift(call);
     this.queuedTotal++;
     this.listenForAbort(call);
+    this.trackDeadline(p, call);
     this.replanAndDrain(p, now);
   }
 

@@ -1,0 +1,183 @@
+import { describe, expect, it } from 'vitest';
+import { createGate } from '../../../src/gate/gate.js';
+import { ManualClock } from '../../helpers/manual-clock.js';
+
+// Gate bugs found by the property tests (test/property/gate.property.test.ts), each reduced to a
+// minimal script, kept as regression tests now that they are fixed.
+
+/** Let promise reactions run (no time passes on the manual clock). */
+const flush = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** A call whose fn runs until `finish()` is called. */
+function controlled() {
+  let started = false;
+  let finish!: () => void;
+  const fn = () =>
+    new Promise<void>((resolve) => {
+      started = true;
+      finish = resolve;
+    });
+  return {
+    fn,
+    get started() {
+      return started;
+    },
+    finish: () => finish(),
+  };
+}
+
+/** Settlement of a promise, readable synchronously after a flush. */
+function watch(promise: Promise<unknown>) {
+  const state: { settled: boolean; code: string | undefined } = { settled: false, code: undefined };
+  promise.then(
+    () => {
+      state.settled = true;
+    },
+    (error: { code?: string }) => {
+      state.settled = true;
+      state.code = error.code;
+    },
+  );
+  return state;
+}
+
+describe('found bugs: deadlines of calls that are not at the head of their queue', () => {
+  // Cause (gate.ts, drain): a deadline is only looked at for the head of the queue (the timer is
+  // armed for the head, at its start or, when it waits for a concurrency permit, at its deadline),
+  // and a call is started without checking `now <= call.deadline`. A call behind a head that waits
+  // for a permit keeps waiting past its deadline, then is refused late or even started late.
+
+  it('a queued call never starts after its deadline, even behind a head waiting for a permit', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({ clock, limits: [{ algorithm: 'concurrency', limit: 2 }] });
+    const a = controlled();
+    const aDone = gate.schedule(a.fn, { cost: 2 }); // takes both permits
+    const b = gate.schedule(() => 'b'); // waits for a permit, no deadline
+    let cStartedAt: number | undefined;
+    const c = gate.schedule(
+      () => {
+        cStartedAt = clock.now();
+        return 'c';
+      },
+      { maxQueueTimeMs: 100 },
+    );
+    const cState = watch(c);
+    clock.advance(500);
+    await flush();
+    a.finish();
+    await aDone;
+    await b;
+    await flush();
+    // Observed: c started at 500, 400 ms after its deadline (100), and resolved.
+    expect(cStartedAt).toBeUndefined();
+    expect(cState.code).toBe('ERR_QUEUE_TIMEOUT');
+  });
+
+  it('a queued call behind a head waiting for a permit is refused when its deadline passes', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({ clock, limits: [{ algorithm: 'concurrency', limit: 1 }] });
+    const a = controlled();
+    gate.schedule(a.fn).catch(() => {});
+    gate.schedule(() => 'b').catch(() => {}); // the head: waits for the permit, no deadline
+    const cState = watch(gate.schedule(() => 'c', { maxQueueTimeMs: 100 }));
+    clock.advance(100);
+    await flush();
+    // Observed: c is still queued. It has no timer of its own and is looked at only once it is the
+    // head, i.e. after a finishes and b starts, whenever that is.
+    expect(cState.settled).toBe(true);
+    expect(cState.code).toBe('ERR_QUEUE_TIMEOUT');
+  });
+});
+
+describe('found bugs: releases after setLimits', () => {
+  // Cause (gate.ts, invoke/release): a started call keeps the per-position costs it was admitted
+  // with (`gcosts`/`kcosts`), and `release` refunds them by position against whatever cores are in
+  // force when it finishes. After setLimits moved or replaced a concurrency limit, the release of an
+  // old call frees a permit it never took from the new limit (under-count → over-admission).
+  // Similarly `schedule`'s compact fast path invokes key calls with `this.defaultPartition`, so their
+  // release lands in the default partition's per-key states.
+
+  it('a call started before setLimits keeps its permit in the concurrency limit that carries its count', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({
+      clock,
+      limits: [
+        { algorithm: 'concurrency', limit: 1 },
+        { algorithm: 'token-bucket', limit: 10, intervalMs: 1000 },
+      ],
+    });
+    const old = controlled();
+    const oldDone = gate.schedule(old.fn);
+    // Same limits, other order: the concurrency limit carries the in-flight count (by unit, not position).
+    gate.setLimits({
+      limits: [
+        { algorithm: 'token-bucket', limit: 10, intervalMs: 1000 },
+        { algorithm: 'concurrency', limit: 1 },
+      ],
+    });
+    const b = controlled();
+    gate.schedule(b.fn).catch(() => {});
+    await flush();
+    expect(b.started).toBe(false);
+    old.finish();
+    await oldDone;
+    await flush();
+    expect(b.started).toBe(true);
+    const c = controlled();
+    gate.schedule(c.fn).catch(() => {});
+    await flush();
+    // b holds the only permit: c waits (1 in flight, limit 1).
+    expect(c.started).toBe(false);
+    expect(gate.stats().inFlight).toBe(1);
+  });
+
+  it('a key call admitted on the fast path does not free a default-partition permit', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({
+      clock,
+      limits: [{ algorithm: 'concurrency', limit: 10 }],
+      perKey: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 1000 }],
+    });
+    const old = controlled();
+    const oldDone = gate.schedule(old.fn, { key: 'a' });
+    gate.setLimits({ perKey: [{ algorithm: 'concurrency', limit: 1 }] });
+    const b = controlled();
+    gate.schedule(b.fn).catch(() => {}); // default partition: its per-key permit
+    await flush();
+    expect(b.started).toBe(true);
+    old.finish(); // released into the default partition, not 'a'
+    await oldDone;
+    await flush();
+    const c = controlled();
+    gate.schedule(c.fn).catch(() => {});
+    await flush();
+    // Observed: c starts while b holds the default partition's only per-key permit.
+    expect(c.started).toBe(false);
+  });
+});
+
+describe('found bugs: timers', () => {
+  // Cause (gate.ts, enqueue): when a higher-priority call jumps the queue, `replan(p, now, call)` may
+  // refuse every queued call and the new one; `if (call.removed) return promise;` then returns
+  // without draining, so the partition keeps an empty queue and the timer armed for the old head
+  // until it is due (no idle event meanwhile, and the next call of the key cannot take the fast path).
+
+  it('a partition whose queued calls are all refused by a re-plan keeps no timer', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({
+      clock,
+      limits: [{ algorithm: 'token-bucket', limit: 1, intervalMs: 1000, burst: 2 }],
+      perKey: [{ algorithm: 'concurrency', limit: 1 }],
+    });
+    gate.schedule(() => new Promise(() => {}), { key: 'a' }).catch(() => {}); // a1 holds a's permit
+    // a2 waits for a's permit (its timer: its deadline, 100); the token it was planned on...
+    const a2 = gate.schedule(() => 'a2', { key: 'a', maxQueueTimeMs: 100 });
+    gate.schedule(() => 'b').catch(() => {}); // ...is taken by the default partition.
+    const a3 = gate.schedule(() => 'a3', { key: 'a', priority: 1, maxQueueTimeMs: 0 });
+    await expect(a3).rejects.toMatchObject({ code: 'ERR_QUEUE_TIMEOUT', predicted: true });
+    await expect(a2).rejects.toMatchObject({ code: 'ERR_QUEUE_TIMEOUT' });
+    expect(gate.stats().queued).toBe(0);
+    // Observed: 1 (a's timer, due at 100, fires on an empty queue).
+    expect(clock.pendingTimers).toBe(0);
+  });
+});
