@@ -1,0 +1,393 @@
+import { type Clock, systemClock } from '../clock.js';
+import { createLimit } from '../core/create-limit.js';
+import type { Algorithm, LimitCore, LimitSpec } from '../core/limit.js';
+import type { NormalizedLimitSpec } from '../core/normalize-limit-spec.js';
+import { integer, invalid, plainObject } from '../validate.js';
+import type {
+  LearnOptions,
+  ReserveOptions,
+  Store,
+  StoreDecision,
+  StoreLevel,
+  StorePause,
+  StorePauseEvent,
+  StoreReservation,
+} from './store.js';
+
+export interface MemoryStoreOptions {
+  /** Time source (ms). @default systemClock */
+  clock?: Pick<Clock, 'now'>;
+  /**
+   * How long a learned limit is kept after it was last learned, in ms. Integer >= 1.
+   * @default 600_000
+   */
+  learnedTtlMs?: number;
+}
+
+interface Learned {
+  readonly spec: string;
+  readonly core: LimitCore;
+  expiresAt: number;
+}
+
+interface PartitionState {
+  /** Level key -> state (absent: initial). */
+  readonly states: Map<string, unknown>;
+  /** Level key -> the core that reads its state. */
+  readonly cores: Map<string, LimitCore>;
+  /** Scope -> pause end. */
+  readonly pauses: Map<string, number>;
+  /** Scope -> learned id -> learned limit. */
+  readonly learned: Map<string, Map<string, Learned>>;
+}
+
+const cores = new WeakMap<NormalizedLimitSpec, LimitCore>();
+
+/** The core of a normalized spec, built once per spec object. */
+export function coreOf(spec: NormalizedLimitSpec): LimitCore {
+  let core = cores.get(spec);
+  if (core === undefined) {
+    core = createLimit(spec, 'level');
+    cores.set(spec, core);
+  }
+  return core;
+}
+
+/** A level's state name: same id, algorithm, interval and unit share the state (limit may change). */
+export function levelName(level: StoreLevel): string {
+  const { algorithm, intervalMs, unit } = level.spec;
+  return `${level.id}|${algorithm}|${intervalMs}|${unit}`;
+}
+
+/** A learned limit's id within its scope: one per unit and window. */
+export function learnedId(spec: NormalizedLimitSpec): string {
+  return `${spec.algorithm}|${spec.unit}|${spec.intervalMs}`;
+}
+
+/** Short algorithm names, as the Redis scripts read them. */
+export const algorithmCodes: Readonly<Record<Algorithm, string>> = {
+  'token-bucket': 'tb',
+  'leaky-bucket': 'lb',
+  'fixed-window': 'fw',
+  'sliding-log': 'sl',
+  'sliding-window': 'sw',
+  concurrency: 'cc',
+};
+
+/** The spec string stored for a learned limit (the Redis store keeps the same text). */
+export function learnedSpecText(spec: NormalizedLimitSpec): string {
+  return `${algorithmCodes[spec.algorithm]} ${spec.limit} ${spec.intervalMs} ${spec.burst} ${encodeURIComponent(spec.unit)}`;
+}
+
+/** Cost of `unit` for a call of `units` (requests default to 1, others to 0). */
+export function unitCost(units: Readonly<Record<string, number>> | undefined, unit: string): number {
+  const value = units?.[unit];
+  return value ?? (unit === 'requests' ? 1 : 0);
+}
+
+// Refunded parts per reservation, so a second refund changes nothing.
+const refunded = new WeakMap<StoreReservation, 'all' | 'untimed'>();
+
+/** Which levels a refund touches now; undefined when nothing is left to refund. */
+export function claimRefund(
+  reservation: StoreReservation,
+  which: 'all' | 'untimed',
+): 'all' | 'untimed' | 'timed' | undefined {
+  const done = refunded.get(reservation);
+  if (done === 'all' || done === which) return undefined;
+  refunded.set(reservation, which === 'all' ? 'all' : 'untimed');
+  // Untimed already given back: only the timed levels are left.
+  return done === 'untimed' ? 'timed' : which;
+}
+
+let nextId = 0;
+
+/**
+ * The store of one process: the TypeScript cores on plain in-memory state. Answers synchronously.
+ * The default store of a shared gate built without Redis, and the reference the Redis store is
+ * checked against. Idle state is dropped as it is touched (the equivalent of Redis TTLs).
+ */
+export class MemoryStore implements Store {
+  private readonly clock: Pick<Clock, 'now'>;
+  private readonly learnedTtlMs: number;
+  private readonly partitions = new Map<string, PartitionState>();
+  private readonly listeners = new Set<(event: StorePauseEvent) => void>();
+
+  constructor(options: MemoryStoreOptions = {}) {
+    const o = plainObject('options', options);
+    for (const key of Object.keys(o)) {
+      if (key !== 'clock' && key !== 'learnedTtlMs')
+        throw invalid(`options.${key}`, 'a known option (clock, learnedTtlMs)', o[key]);
+    }
+    const clock = o['clock'] ?? systemClock;
+    if (typeof (clock as Clock | null)?.now !== 'function')
+      throw invalid('clock', 'an object with a now() method', clock);
+    this.clock = clock as Pick<Clock, 'now'>;
+    this.learnedTtlMs = integer('learnedTtlMs', o['learnedTtlMs'] ?? 600_000, 1);
+  }
+
+  /** Partitions holding state after dropping what is idle (for tests of cleanup). */
+  get size(): number {
+    this.prune(this.clock.now());
+    return this.partitions.size;
+  }
+
+  /** Drop every idle state, ended pause and expired learned limit (what TTLs do in Redis). O(state). */
+  prune(now: number): void {
+    for (const [partition, p] of this.partitions) {
+      for (const [scope, learned] of p.learned) {
+        for (const [id, entry] of learned) if (entry.expiresAt <= now) learned.delete(id);
+        if (learned.size === 0) p.learned.delete(scope);
+      }
+      for (const [name, state] of p.states) {
+        const core = this.coreFor(p, name);
+        if (core === undefined || core.isIdle(state, now)) {
+          p.states.delete(name);
+          p.cores.delete(name);
+        }
+      }
+      this.dropIfEmpty(partition, p, now);
+    }
+  }
+
+  reserve(
+    partition: string,
+    levels: readonly StoreLevel[],
+    costs: readonly number[],
+    maxWaitMs: number,
+    options?: ReserveOptions,
+  ): StoreDecision {
+    return this.reserveAt(partition, levels, costs, maxWaitMs, this.clock.now(), options);
+  }
+
+  reserveAt(
+    partition: string,
+    levels: readonly StoreLevel[],
+    costs: readonly number[],
+    maxWaitMs: number,
+    now: number,
+    options?: ReserveOptions,
+  ): StoreDecision {
+    const scope = options?.scope ?? '';
+    const p = this.partitions.get(partition);
+    let from = now;
+    if (p !== undefined) {
+      from = Math.max(from, this.pauseOf(p, '', now));
+      if (scope !== '') from = Math.max(from, this.pauseOf(p, scope, now));
+    }
+    // Every level the call passes: the given ones, then the learned ones of its scope.
+    const cores: LimitCore[] = [];
+    const names: string[] = [];
+    const charges: number[] = [];
+    for (let i = 0; i < levels.length; i++) {
+      cores.push(coreOf(levels[i]!.spec));
+      names.push(levelName(levels[i]!));
+      charges.push(costs[i]!);
+    }
+    const learnedIds: string[] = [];
+    const learned = p?.learned.get(scope);
+    if (learned !== undefined) {
+      for (const [id, entry] of learned) {
+        if (entry.expiresAt <= now) {
+          learned.delete(id);
+          continue;
+        }
+        cores.push(entry.core);
+        names.push(`L:${scope}:${id}`);
+        charges.push(Math.min(unitCost(options?.units, entry.core.unit), entry.core.capacity));
+        learnedIds.push(id);
+      }
+    }
+    const states: unknown[] = [];
+    let startAt = from;
+    let blocked: 'concurrency' | 'capacity' | undefined;
+    for (let i = 0; i < cores.length; i++) {
+      const cost = charges[i]!;
+      if (cost === 0) continue;
+      const core = cores[i]!;
+      const state = p?.states.get(names[i]!) ?? core.initial(now);
+      states[i] = state;
+      const at = core.earliestAt(state, cost, from);
+      if (at === Infinity) blocked = core.timed ? 'capacity' : 'concurrency';
+      else if (at > startAt) startAt = at;
+    }
+    if (blocked !== undefined) return { ok: false, retryAfterMs: Infinity, reason: blocked, serverNow: now };
+    if (startAt - now > maxWaitMs) {
+      return { ok: false, retryAfterMs: startAt - now, reason: 'wait', serverNow: now };
+    }
+    const part = p ?? this.partitionOf(partition);
+    const marks: string[] = [];
+    const learnedCharged: { id: string; cost: number; mark: string }[] = [];
+    for (let i = 0; i < cores.length; i++) {
+      const cost = charges[i]!;
+      let mark = '';
+      if (cost !== 0) {
+        const core = cores[i]!;
+        // Window and log states are updated in place: keep the stored state apart from `initial`.
+        const state = core.take(states[i], cost, startAt);
+        if (typeof state === 'number' && core.timed) mark = String(state);
+        this.put(part, names[i]!, core, state, now);
+      }
+      if (i < levels.length) marks.push(mark);
+      else if (cost !== 0) learnedCharged.push({ id: learnedIds[i - levels.length]!, cost, mark });
+    }
+    this.dropIfEmpty(partition, part, now);
+    return {
+      ok: true,
+      startAt,
+      serverNow: now,
+      id: `m${++nextId}`,
+      partition,
+      scope,
+      levels,
+      costs,
+      marks,
+      learned: learnedCharged,
+    };
+  }
+
+  refund(reservation: StoreReservation, which: 'all' | 'untimed' = 'all'): void {
+    this.refundAt(reservation, this.clock.now(), which);
+  }
+
+  refundAt(reservation: StoreReservation, now: number, which: 'all' | 'untimed' = 'all'): void {
+    const part = claimRefund(reservation, which);
+    if (part === undefined) return;
+    const p = this.partitions.get(reservation.partition);
+    if (p === undefined) return;
+    const at = reservation.startAt;
+    const give = (core: LimitCore, name: string, cost: number, mark: string) => {
+      if (cost === 0 || (part === 'untimed' && core.timed) || (part === 'timed' && !core.timed)) return;
+      const state = p.states.get(name);
+      if (state === undefined) return;
+      // GCRA: only the latest take is refunded (see Store.refund).
+      if (mark !== '' && String(state) !== mark) return;
+      this.put(p, name, core, core.refund(state, cost, at, now), now);
+    };
+    reservation.levels.forEach((level, i) => {
+      give(coreOf(level.spec), levelName(level), reservation.costs[i]!, reservation.marks[i]!);
+    });
+    const learned = p.learned.get(reservation.scope);
+    for (const { id, cost, mark } of reservation.learned) {
+      const entry = learned?.get(id);
+      if (entry !== undefined) give(entry.core, `L:${reservation.scope}:${id}`, cost, mark);
+    }
+    this.dropIfEmpty(reservation.partition, p, now);
+  }
+
+  pause(partition: string, untilMs: number, scope = ''): StorePause {
+    return this.pauseAt(partition, untilMs, this.clock.now(), scope);
+  }
+
+  pauseFor(partition: string, durationMs: number, scope = ''): StorePause {
+    const now = this.clock.now();
+    return this.pauseAt(partition, now + durationMs, now, scope);
+  }
+
+  /** `pause` at an explicit now. */
+  pauseAt(partition: string, untilMs: number, now: number, scope = ''): StorePause {
+    const p = this.partitionOf(partition);
+    const current = this.pauseOf(p, scope, now);
+    if (current >= untilMs) return { untilMs: current, serverNow: now };
+    if (untilMs <= now) return { untilMs: current, serverNow: now };
+    p.pauses.set(scope, untilMs);
+    const event = { partition, pauseId: this.pauseId(partition, scope), untilMs, serverNow: now };
+    for (const listener of this.listeners) listener(event);
+    return { untilMs, serverNow: now };
+  }
+
+  pausedUntil(partition: string, scope = ''): StorePause {
+    const now = this.clock.now();
+    const p = this.partitions.get(partition);
+    return { untilMs: p === undefined ? 0 : this.pauseOf(p, scope, now), serverNow: now };
+  }
+
+  pauseId(partition: string, scope = ''): string {
+    return `${partition}\u0000${scope}`;
+  }
+
+  onPause(listener: (event: StorePauseEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+
+  learn(partition: string, spec: LimitSpec, options?: LearnOptions): boolean {
+    return this.learnAt(partition, spec, this.clock.now(), options);
+  }
+
+  learnAt(partition: string, spec: LimitSpec, now: number, options?: LearnOptions): boolean {
+    const core = createLimit(spec, 'spec');
+    if (!core.timed) throw invalid('spec.algorithm', 'a timed algorithm (not concurrency)', spec.algorithm);
+    const scope = options?.scope ?? '';
+    const p = this.partitionOf(partition);
+    let learned = p.learned.get(scope);
+    if (learned === undefined) {
+      learned = new Map();
+      p.learned.set(scope, learned);
+    }
+    const id = learnedId(core.spec);
+    const text = learnedSpecText(core.spec);
+    const previous = learned.get(id);
+    const live = previous !== undefined && previous.expiresAt > now;
+    learned.set(id, { spec: text, core, expiresAt: now + this.learnedTtlMs });
+    if (live && previous.spec === text) return false;
+    const seed = Math.min(options?.seedUnits ?? 0, core.capacity);
+    if (!live && seed > 0) {
+      const name = `L:${scope}:${id}`;
+      const state = p.states.get(name) ?? core.initial(now);
+      this.put(p, name, core, core.take(state, seed, now), now);
+    }
+    return true;
+  }
+
+  time(): number {
+    return this.clock.now();
+  }
+
+  close(): void {
+    this.partitions.clear();
+    this.listeners.clear();
+  }
+
+  private partitionOf(partition: string): PartitionState {
+    let p = this.partitions.get(partition);
+    if (p === undefined) {
+      p = { states: new Map(), cores: new Map(), pauses: new Map(), learned: new Map() };
+      this.partitions.set(partition, p);
+    }
+    return p;
+  }
+
+  private coreFor(p: PartitionState, name: string): LimitCore | undefined {
+    return p.cores.get(name);
+  }
+
+  private pauseOf(p: PartitionState, scope: string, now: number): number {
+    const until = p.pauses.get(scope);
+    if (until === undefined) return 0;
+    if (until <= now) {
+      p.pauses.delete(scope);
+      return 0;
+    }
+    return until;
+  }
+
+  /** Store a state, or drop it when idle (what a TTL does in Redis). */
+  private put(p: PartitionState, name: string, core: LimitCore, state: unknown, now: number): void {
+    if (core.isIdle(state, now)) {
+      p.states.delete(name);
+      p.cores.delete(name);
+    } else {
+      p.states.set(name, state);
+      p.cores.set(name, core);
+    }
+  }
+
+  private dropIfEmpty(partition: string, p: PartitionState, now: number): void {
+    for (const scope of p.pauses.keys()) this.pauseOf(p, scope, now);
+    for (const [scope, learned] of p.learned) if (learned.size === 0) p.learned.delete(scope);
+    if (p.states.size === 0 && p.pauses.size === 0 && p.learned.size === 0) this.partitions.delete(partition);
+  }
+}

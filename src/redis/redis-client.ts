@@ -1,0 +1,155 @@
+/**
+ * Talking to Redis: the optional `ioredis` dependency loaded on demand, scripts run by SHA with a
+ * reload on NOSCRIPT, and a command timeout watched by a single timer.
+ */
+import { createHash } from 'node:crypto';
+import { createRequire } from 'node:module';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import { InvalidOptionError, StoreUnavailableError } from '../errors.js';
+
+/** What tollgate needs of a client: `ioredis`'s `Redis` or `Cluster`. */
+export type RedisClient = Redis | Cluster;
+
+type RedisConstructor = new (url: string, options?: RedisOptions) => Redis;
+
+// ioredis is optional: load it only when a store is created from a URL. `require` exists in the
+// CommonJS build; the ESM build makes one.
+function loadIoredis(): RedisConstructor {
+  try {
+    const req = typeof require === 'function' ? require : createRequire(import.meta.url);
+    const mod = req('ioredis') as { Redis?: RedisConstructor; default?: RedisConstructor };
+    return (mod.Redis ?? mod.default ?? mod) as RedisConstructor;
+  } catch (error) {
+    throw new InvalidOptionError(
+      'redis',
+      'The Redis store needs the optional dependency `ioredis` (npm install ioredis), which could not be ' +
+        `loaded (${(error as Error).message}). Install it, or pass an ioredis client as \`redis\`.`,
+    );
+  }
+}
+
+/**
+ * A client for `url` with tollgate's defaults: auto-pipelining (concurrent decisions share writes),
+ * an offline queue so calls made while connecting wait for the connection, and quick reconnects
+ * (50 ms, growing to 1 s) so an outage ends as soon as Redis answers again.
+ */
+export function connectRedis(url: string): Redis {
+  const Ctor = loadIoredis();
+  return new Ctor(url, {
+    enableAutoPipelining: true,
+    maxRetriesPerRequest: 1,
+    retryStrategy: (times: number) => Math.min(times * 50, 1000),
+    // The store's own command timeout decides when Redis is "down"; keep ioredis from logging.
+    showFriendlyErrorStack: false,
+  });
+}
+
+/** A Lua script with its SHA-1, run with EVALSHA and loaded on NOSCRIPT. */
+export interface LoadedScript {
+  readonly name: string;
+  readonly source: string;
+  readonly sha: string;
+}
+
+export function loadedScript(name: string, source: string): LoadedScript {
+  return { name, source, sha: createHash('sha1').update(source).digest('hex') };
+}
+
+interface Pending {
+  readonly deadline: number;
+  readonly reject: (error: unknown) => void;
+}
+
+/**
+ * Runs commands with a deadline. All commands share one timeout, so deadlines are ordered as the
+ * commands were sent and a single timer, armed for the oldest, watches them all.
+ */
+export class CommandRunner {
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 0;
+  private timer: ReturnType<typeof setTimeout> | undefined = undefined;
+  /** Commands sent (EVALSHA, SCRIPT LOAD, EVAL...): the bench reads it for round trips. */
+  commands = 0;
+
+  constructor(
+    readonly client: RedisClient,
+    private readonly timeoutMs: number,
+  ) {}
+
+  /**
+   * EVALSHA `script` with `numKeys` keys first in `keysAndArgs`; on NOSCRIPT (a restarted or flushed
+   * server) load it and run it again.
+   */
+  evalsha(script: LoadedScript, numKeys: number, keysAndArgs: (string | number)[]): Promise<unknown> {
+    this.commands++;
+    const args = [script.sha, numKeys, ...keysAndArgs];
+    const sent = this.client.call('EVALSHA', args) as Promise<unknown>;
+    return this.watch(
+      sent.catch((error: unknown) => {
+        if (!String((error as Error)?.message).startsWith('NOSCRIPT')) throw error;
+        this.commands += 2;
+        return (this.client.call('SCRIPT', ['LOAD', script.source]) as Promise<unknown>).then(
+          () => this.client.call('EVALSHA', args) as Promise<unknown>,
+        );
+      }),
+      script.name,
+    );
+  }
+
+  /** Any other command, with the same deadline. */
+  call(command: string, ...args: (string | number)[]): Promise<unknown> {
+    this.commands++;
+    return this.watch(this.client.call(command, args) as Promise<unknown>, command);
+  }
+
+  /** Reject everything pending (closing). */
+  abandon(): void {
+    for (const p of this.pending.values())
+      p.reject(new StoreUnavailableError('Redis store closed with a command in flight'));
+    this.pending.clear();
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private watch(promise: Promise<unknown>, what: string): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const id = this.nextId++;
+      this.pending.set(id, { deadline: performance.now() + this.timeoutMs, reject });
+      promise.then(
+        (value) => {
+          if (this.pending.delete(id)) resolve(value);
+        },
+        (error: unknown) => {
+          if (this.pending.delete(id)) reject(unavailable(error, what));
+        },
+      );
+      if (this.timer === undefined) this.arm();
+    });
+  }
+
+  private arm(): void {
+    const first = this.pending.values().next();
+    if (first.done) return;
+    const delayMs = Math.max(0, Math.ceil(first.value.deadline - performance.now()));
+    this.timer = setTimeout(() => this.expire(), delayMs);
+    // A pending command must not keep the process alive on its own.
+    this.timer.unref?.();
+  }
+
+  private expire(): void {
+    this.timer = undefined;
+    const now = performance.now();
+    for (const [id, p] of this.pending) {
+      if (p.deadline > now) break;
+      this.pending.delete(id);
+      p.reject(new StoreUnavailableError(`Redis did not answer within commandTimeoutMs ${this.timeoutMs}`));
+    }
+    this.arm();
+  }
+}
+
+function unavailable(error: unknown, what: string): StoreUnavailableError {
+  if (error instanceof StoreUnavailableError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new StoreUnavailableError(`Redis ${what} failed: ${message}`, { cause: error });
+}

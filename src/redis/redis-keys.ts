@@ -1,0 +1,48 @@
+/**
+ * Redis key names. Every key of one partition carries the same hash tag, `{<prefix>:<hash>}`, so a
+ * partition lives in one hash slot (Redis Cluster runs a script only on keys of one slot) and its
+ * reservation is one atomic script. Partition names, scopes and level ids may be derived from
+ * secrets (an API key is a natural partition key): they appear only as SHA-256 digests, never raw.
+ *
+ *   {tollgate:<h(partition)>}:s:<h(level)>            a level's state (string or hash), TTL until idle
+ *   {tollgate:<h(partition)>}:p:<h(scope)|->          a pause (store time ms), TTL until it ends
+ *   {tollgate:<h(partition)>}:l:<h(scope)|->          learned limits: id -> 'algo limit intervalMs burst unit'
+ *   {tollgate:<h(partition)>}:L:<h(scope)|->:<id>     a learned limit's state
+ *   tollgate:pause                                     pub/sub channel announcing pauses
+ */
+import { createHash } from 'node:crypto';
+
+/** 128 bits of SHA-256, base64url (22 characters): collision-free in practice, short in key names. */
+export function digest(value: string): string {
+  return createHash('sha256').update(value).digest('base64url').slice(0, 22);
+}
+
+/** Bounded memo of digests: partition keys repeat on the hot path. */
+export class DigestCache {
+  private readonly map = new Map<string, string>();
+  constructor(private readonly max = 10_000) {}
+
+  get(value: string): string {
+    let hash = this.map.get(value);
+    if (hash === undefined) {
+      hash = digest(value);
+      // Dropping everything at the bound keeps this O(1) and bounded; hot keys come straight back.
+      if (this.map.size >= this.max) this.map.clear();
+      this.map.set(value, hash);
+    }
+    return hash;
+  }
+}
+
+export function partitionTag(prefix: string, partitionHash: string): string {
+  return `{${prefix}:${partitionHash}}`;
+}
+
+/** The scope part of pause and learned keys: `-` for the partition itself. */
+export function scopePart(scopeHash: string | undefined): string {
+  return scopeHash === undefined ? '-' : scopeHash;
+}
+
+export function pauseChannel(prefix: string): string {
+  return `${prefix}:pause`;
+}

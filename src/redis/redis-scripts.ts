@@ -1,0 +1,670 @@
+/**
+ * The Lua scripts of the Redis store, one per operation, as named string constants. Each runs
+ * atomically in Redis, reads Redis server time with `TIME` (unless a test passes `now`), and answers
+ * in one round trip. They need nothing beyond Redis 5 scripting (plain `EVALSHA`; no functions), so
+ * Redis 7 and Valkey run them as they are.
+ *
+ * The limit arithmetic mirrors `src/core/*.ts` operation for operation, on the same IEEE doubles
+ * (Lua 5.1 numbers), so a decision in Redis equals the decision of the TypeScript core at the same
+ * `now`: `test/integration/redis-parity.test.ts` runs random workloads through both. Two rules make
+ * that hold:
+ * - numbers are stored and returned as `%.17g` strings, which round-trip every double exactly
+ *   (Lua's `tostring` keeps 14 digits, and Redis truncates a returned Lua number to an integer);
+ * - every expression keeps the operand order of its TypeScript twin (float addition is not associative).
+ *
+ * State encodings (one Redis key per level, TTL = until the state is idle, so idle state disappears
+ * and an absent key means "full/initial", exactly as `LimitCore.isIdle` promises):
+ * - token/leaky bucket: the theoretical arrival time `tat`;
+ * - fixed window: `w n p`; sliding window: `w cur prev older`;
+ * - sliding log: `horizon t0 c0 t1 c1 ...`;
+ * - concurrency: a hash of leases, reservation id -> `cost expiresAt`, so a process that dies holding
+ *   permits gives them back when its leases expire.
+ *
+ * Level arguments are five values each: algorithm code (`tb lb fw sl sw cc`), limit, intervalMs,
+ * burst, cost.
+ */
+
+// Shared helpers and the six algorithms, prepended to the scripts that need them.
+const LIMITS_LUA = `
+local INF = math.huge
+local EPS = 2^-52
+local TINY = 2^-1074
+local NO_HORIZON = -1.7976931348623157e308
+local floor = math.floor
+
+local function fmt(x) return string.format('%.17g', x) end
+
+-- core/next-up.ts
+local function nextUp(x)
+  local step = math.abs(x) * EPS
+  if step > 0 then return x + step end
+  return x + TINY
+end
+
+-- core/aligned-window.ts
+local function windowStartMs(index, I)
+  local startMs = index * I
+  while floor(startMs / I) < index do startMs = nextUp(startMs) end
+  return startMs
+end
+
+local function decode(s)
+  local t = {}
+  for v in string.gmatch(s, '%S+') do t[#t + 1] = tonumber(v) end
+  return t
+end
+
+local function encode(t)
+  local out = {}
+  for i = 1, #t do out[i] = fmt(t[i]) end
+  return table.concat(out, ' ')
+end
+
+-- TTL (ms) so that a key lives until idleAt (store time), at least 1 ms; minTtl keeps test keys.
+local MIN_TTL = 1
+local function ttlUntil(idleAt, now)
+  local ttl = math.ceil(idleAt - now) + 1
+  if ttl < MIN_TTL then ttl = MIN_TTL end
+  if ttl < 1 then ttl = 1 end
+  return ttl
+end
+
+-- A level: { algo, limit, I, burst, cost, key, T, tol, cap }
+local function level(algo, limit, I, burst, cost, key)
+  local L = { algo = algo, limit = limit, I = I, burst = burst, cost = cost, key = key, cap = limit }
+  if algo == 'tb' or algo == 'lb' then
+    -- core/gcra.ts emissionIntervalMs: T (ms/unit) = intervalMs / limit
+    L.T = I / limit
+    if algo == 'tb' then
+      L.tol = burst * L.T
+      L.cap = burst
+    end
+  end
+  return L
+end
+
+------------------------------------------------------------------------------------------------
+-- GCRA (token bucket, leaky bucket): state is the TAT.
+local function gcraEarliest(L, tat, cost, now)
+  if cost > L.cap then return INF end
+  local tol = L.tol
+  if L.algo == 'lb' then tol = cost * L.T end
+  local slackMs = tol - cost * L.T
+  local atMs = tat - slackMs
+  if atMs > now then return atMs end
+  return now
+end
+local function gcraTake(L, tat, cost, at)
+  local m = tat
+  if at > m then m = at end
+  return m + cost * L.T
+end
+
+------------------------------------------------------------------------------------------------
+-- Fixed window: { w, n, p }
+local function fwUnitsIn(s, index)
+  if index > s[1] then return 0 end
+  if index == s[1] then return s[2] end
+  return s[3]
+end
+local function fwFirstOpen(s)
+  if s[2] > 0 then return s[1] end
+  return s[1] - 1
+end
+local function fwEarliest(L, s, cost, now)
+  if cost > L.limit then return INF end
+  local nowWindow = floor(now / L.I)
+  local window = fwFirstOpen(s)
+  if nowWindow > window then window = nowWindow end
+  while fwUnitsIn(s, window) + cost > L.limit do window = window + 1 end
+  if window == nowWindow then return now end
+  return windowStartMs(window, L.I)
+end
+local function fwTake(L, s, cost, at)
+  local window = floor(at / L.I)
+  if window == s[1] then
+    s[2] = s[2] + cost
+  elseif window > s[1] then
+    if window == s[1] + 1 then s[3] = s[2] else s[3] = 0 end
+    s[2] = cost
+    s[1] = window
+  elseif window == s[1] - 1 then
+    s[3] = s[3] + cost
+  end
+  return s
+end
+local function fwRefund(L, s, cost, at)
+  local window = floor(at / L.I)
+  if window == s[1] then s[2] = math.max(s[2] - cost, 0)
+  elseif window == s[1] - 1 then s[3] = math.max(s[3] - cost, 0) end
+  return s
+end
+local function fwIdleAt(L, s, now)
+  local nowWindow = floor(now / L.I)
+  local idle
+  if nowWindow > s[1] then idle = true
+  elseif nowWindow == s[1] then idle = s[2] <= 0
+  else idle = nowWindow == s[1] - 1 and s[2] <= 0 and s[3] <= 0 end
+  if idle then return nil end
+  return windowStartMs(s[1] + 1, L.I)
+end
+
+------------------------------------------------------------------------------------------------
+-- Sliding window counter: { w, cur, prev, older }
+local function swUnitsIn(s, index)
+  if index > s[1] then return 0 end
+  if index == s[1] then return s[2] end
+  if index == s[1] - 1 then return s[3] end
+  return s[4]
+end
+local function swFirstOpen(s)
+  if s[2] > 0 then return s[1] end
+  return s[1] - 1
+end
+local function swEstimateAt(L, s, t)
+  local x = t / L.I
+  local window = floor(x)
+  if window > s[1] + 1 then return 0 end
+  if window < swFirstOpen(s) then return INF end
+  return swUnitsIn(s, window - 1) * (1 - (x - window)) + swUnitsIn(s, window)
+end
+local function swEarliest(L, s, cost, now)
+  local limit, I = L.limit, L.I
+  if cost > limit then return INF end
+  if swEstimateAt(L, s, now) + cost <= limit then return now end
+  local t = now
+  local window = floor(now / I)
+  local firstOpen = swFirstOpen(s)
+  if window < firstOpen then
+    window = firstOpen
+    t = windowStartMs(window, I)
+  end
+  while true do
+    if swEstimateAt(L, s, t) + cost <= limit then return t end
+    local weighted = swUnitsIn(s, window - 1)
+    local room = limit - swUnitsIn(s, window) - cost
+    if room >= 0 and weighted > 0 then
+      local solved = (window + 1 - room / weighted) * I
+      if solved > t then t = solved end
+      local step = 0
+      while step < 64 and floor(t / I) == window do
+        if swEstimateAt(L, s, t) + cost <= limit then return t end
+        t = nextUp(t)
+        step = step + 1
+      end
+    end
+    window = window + 1
+    t = windowStartMs(window, I)
+  end
+end
+local function swTake(L, s, cost, at)
+  local window = floor(at / L.I)
+  local ahead = window - s[1]
+  if ahead == 0 then
+    s[2] = s[2] + cost
+  elseif ahead > 0 then
+    local older = 0
+    if ahead == 1 then older = s[3] elseif ahead == 2 then older = s[2] end
+    local prev = 0
+    if ahead == 1 then prev = s[2] end
+    s[4] = older
+    s[3] = prev
+    s[2] = cost
+    s[1] = window
+  elseif ahead == -1 then
+    s[3] = s[3] + cost
+  elseif ahead == -2 then
+    s[4] = s[4] + cost
+  end
+  return s
+end
+local function swRefund(L, s, cost, at)
+  local ahead = floor(at / L.I) - s[1]
+  if ahead == 0 then s[2] = math.max(s[2] - cost, 0)
+  elseif ahead == -1 then s[3] = math.max(s[3] - cost, 0)
+  elseif ahead == -2 then s[4] = math.max(s[4] - cost, 0) end
+  return s
+end
+local function swIdleAt(L, s, now)
+  local nowWindow = floor(now / L.I)
+  local idle = true
+  if nowWindow < swFirstOpen(s) then idle = false
+  else
+    for window = nowWindow - 1, s[1] do
+      if swUnitsIn(s, window) > 0 then idle = false end
+    end
+  end
+  if idle then return nil end
+  return windowStartMs(s[1] + 2, L.I)
+end
+
+------------------------------------------------------------------------------------------------
+-- Sliding log: { horizon, t0, c0, t1, c1, ... } (entry k: time at 2 + 2k, cost at 3 + 2k)
+local function slQueueEnd(log)
+  local n = #log
+  local lastMs = NO_HORIZON
+  if n > 1 then lastMs = log[n - 1] end
+  if lastMs > log[1] then return lastMs end
+  return log[1]
+end
+local function slPrune(L, log, cutoffMs, lazy)
+  local n = #log
+  local count = (n - 1) / 2
+  local lo, hi = 0, count
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if log[2 + 2 * mid] + L.I <= cutoffMs then lo = mid + 1 else hi = mid end
+  end
+  if lo == 0 or (lazy and lo * 2 < count) then return end
+  local exitMs = log[2 + 2 * (lo - 1)] + L.I
+  if exitMs > log[1] then log[1] = exitMs end
+  local shift = 2 * lo
+  for j = 2, n - shift do log[j] = log[j + shift] end
+  for j = n, n - shift + 1, -1 do log[j] = nil end
+end
+local function slEarliest(L, log, cost, now)
+  if cost > L.limit then return INF end
+  local fromMs = slQueueEnd(log)
+  if now > fromMs then fromMs = now end
+  local n = #log
+  local first = n + 1
+  local units = 0
+  local i = n - 1
+  while i >= 2 do
+    if log[i] + L.I <= fromMs then break end
+    units = units + log[i + 1]
+    first = i
+    i = i - 2
+  end
+  local excess = units + cost - L.limit
+  if excess <= 0 then return fromMs end
+  local freed = 0
+  i = first
+  while i < n do
+    freed = freed + log[i + 1]
+    if freed >= excess then return log[i] + L.I end
+    i = i + 2
+  end
+  return INF
+end
+local function slTake(L, log, cost, at)
+  local n = #log
+  if n == 1 then
+    log[2] = at
+    log[3] = cost
+    return log
+  end
+  local lastMs = log[n - 1]
+  slPrune(L, log, lastMs - L.I, true)
+  if at > lastMs then
+    local m = #log
+    log[m + 1] = at
+    log[m + 2] = cost
+    return log
+  end
+  local i = #log - 1
+  while i >= 2 and log[i] > at do i = i - 2 end
+  if i >= 2 and log[i] == at then
+    log[i + 1] = log[i + 1] + cost
+  else
+    table.insert(log, i + 2, at)
+    table.insert(log, i + 3, cost)
+  end
+  return log
+end
+local function slRefund(L, log, cost, at, now)
+  local i = #log - 1
+  while i >= 2 do
+    local timeMs = log[i]
+    if timeMs < at then break end
+    if timeMs == at then
+      local left = log[i + 1] - cost
+      if left > 0 then
+        log[i + 1] = left
+      else
+        table.remove(log, i)
+        table.remove(log, i)
+      end
+      break
+    end
+    i = i - 2
+  end
+  slPrune(L, log, now, false)
+  return log
+end
+local function slIdleAt(L, log, now)
+  local qe = slQueueEnd(log)
+  local n = #log
+  local lastExit = NO_HORIZON
+  if n > 1 then lastExit = log[n - 1] + L.I end
+  if qe <= now and (n == 1 or lastExit <= now) then return nil end
+  if lastExit > qe then return lastExit end
+  return qe
+end
+
+------------------------------------------------------------------------------------------------
+-- Load, decide, take, refund and save any level.
+
+-- Concurrency: live leases summed; expired leases are dropped on the way.
+local function ccLoad(L, now)
+  local flat = redis.call('HGETALL', L.key)
+  local inFlight = 0
+  for i = 1, #flat, 2 do
+    local cost, expiresAt = string.match(flat[i + 1], '(%S+) (%S+)')
+    if tonumber(expiresAt) <= now then
+      redis.call('HDEL', L.key, flat[i])
+    else
+      inFlight = inFlight + tonumber(cost)
+    end
+  end
+  return inFlight
+end
+
+local function load(L, now)
+  local algo = L.algo
+  if algo == 'cc' then return ccLoad(L, now) end
+  local raw = redis.call('GET', L.key)
+  if algo == 'tb' or algo == 'lb' then
+    if raw then return tonumber(raw) end
+    return now
+  end
+  if raw then return decode(raw) end
+  if algo == 'fw' then return { floor(now / L.I), 0, 0 } end
+  if algo == 'sw' then return { floor(now / L.I), 0, 0, 0 } end
+  return { NO_HORIZON }
+end
+
+local function earliest(L, s, cost, now)
+  local algo = L.algo
+  if algo == 'tb' or algo == 'lb' then return gcraEarliest(L, s, cost, now) end
+  if algo == 'fw' then return fwEarliest(L, s, cost, now) end
+  if algo == 'sw' then return swEarliest(L, s, cost, now) end
+  if algo == 'sl' then return slEarliest(L, s, cost, now) end
+  -- concurrency: not timed
+  if s + cost <= L.limit then return now end
+  return INF
+end
+
+local function take(L, s, cost, at)
+  local algo = L.algo
+  if algo == 'tb' or algo == 'lb' then return gcraTake(L, s, cost, at) end
+  if algo == 'fw' then return fwTake(L, s, cost, at) end
+  if algo == 'sw' then return swTake(L, s, cost, at) end
+  if algo == 'sl' then return slTake(L, s, cost, at) end
+  return s + cost
+end
+
+-- Write a level's state back with a TTL until it is idle (an idle state is deleted).
+local function save(L, s, now)
+  local algo = L.algo
+  local idleAt
+  if algo == 'tb' or algo == 'lb' then
+    if s > now then
+      local text = fmt(s)
+      redis.call('SET', L.key, text, 'PX', ttlUntil(s, now))
+      return text
+    end
+    redis.call('DEL', L.key)
+    return fmt(s)
+  end
+  if algo == 'fw' then idleAt = fwIdleAt(L, s, now)
+  elseif algo == 'sw' then idleAt = swIdleAt(L, s, now)
+  else idleAt = slIdleAt(L, s, now) end
+  if idleAt == nil then
+    redis.call('DEL', L.key)
+  else
+    redis.call('SET', L.key, encode(s), 'PX', ttlUntil(idleAt, now))
+  end
+  return ''
+end
+
+-- Refund cost taken at at. GCRA refunds only the latest take (its TAT still equals the mark the
+-- reservation returned): giving back an older one would let the next call start inside the chain
+-- of reservations behind it. Windows and logs subtract from the window or entry the take was in.
+local function refund(L, cost, at, mark, id, now)
+  local algo = L.algo
+  if algo == 'cc' then
+    redis.call('HDEL', L.key, id)
+    return
+  end
+  if algo == 'tb' or algo == 'lb' then
+    local raw = redis.call('GET', L.key)
+    if raw and raw == mark then
+      local tat = tonumber(raw) - cost * L.T
+      if tat > now then
+        redis.call('SET', L.key, fmt(tat), 'PX', ttlUntil(tat, now))
+      else
+        redis.call('DEL', L.key)
+      end
+    end
+    return
+  end
+  local raw = redis.call('GET', L.key)
+  if not raw then return end
+  local s = decode(raw)
+  if algo == 'fw' then s = fwRefund(L, s, cost, at)
+  elseif algo == 'sw' then s = swRefund(L, s, cost, at)
+  else s = slRefund(L, s, cost, at, now) end
+  save(L, s, now)
+end
+
+local function serverNow(override)
+  if override ~= '' then return tonumber(override) end
+  local t = redis.call('TIME')
+  -- ms = s * 1000 + µs / 1000
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+
+-- A learned spec is stored as 'algo limit intervalMs burst unit'.
+local function learnedLevel(tag, scope, id, spec, units)
+  local algo, limit, I, burst, unit = string.match(spec, '(%S+) (%S+) (%S+) (%S+) (.*)')
+  local cost = units[unit]
+  if cost == nil then
+    if unit == 'requests' then cost = 1 else cost = 0 end
+  end
+  local L = level(algo, tonumber(limit), tonumber(I), tonumber(burst), 0, tag .. ':L:' .. scope .. ':' .. id)
+  -- A learned limit smaller than the call can never admit it: count the call as a whole window.
+  if cost > L.cap then cost = L.cap end
+  L.cost = cost
+  return L
+end
+`;
+
+/**
+ * Reserve one call on every level, all or nothing, at the earliest time all admit it.
+ *
+ * KEYS: level state keys (n), then the pause keys honoured (m), then the learned-spec hash.
+ * ARGV: nowOverride ('' = TIME), maxWaitMs (-1 = none), n, m, reservation id, concurrency lease ms,
+ *   minTtlMs, key tag, scope, learned unit costs ('unit cost unit cost ...'), then 5 values per level.
+ * Reply: {1, startAt, now, mark_1..mark_n, learnedCount, (id, cost, mark)...} or
+ *   {0, waitMs (-1: unpredictable), reason, now}.
+ */
+export const RESERVE_LUA = `${LIMITS_LUA}
+local now = serverNow(ARGV[1])
+local maxWait = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local m = tonumber(ARGV[4])
+local id = ARGV[5]
+local leaseMs = tonumber(ARGV[6])
+MIN_TTL = tonumber(ARGV[7])
+local tag, scope = ARGV[8], ARGV[9]
+
+-- Nothing starts before the latest pause that holds this call.
+local from = now
+for j = 1, m do
+  local until_ = tonumber(redis.call('GET', KEYS[n + j]) or '')
+  if until_ and until_ > from then from = until_ end
+end
+
+local levels, states = {}, {}
+for i = 1, n do
+  local a = 10 + (i - 1) * 5
+  levels[i] = level(ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+    tonumber(ARGV[a + 5]), KEYS[i])
+end
+-- Learned limits shared through this partition join the call's levels.
+local learnedIds = {}
+local learned = redis.call('HGETALL', KEYS[n + m + 1])
+if #learned > 0 then
+  local units = {}
+  for u, c in string.gmatch(ARGV[10], '(%S+) (%S+)') do units[u] = tonumber(c) end
+  for j = 1, #learned, 2 do
+    levels[#levels + 1] = learnedLevel(tag, scope, learned[j], learned[j + 1], units)
+    learnedIds[#levels] = learned[j]
+  end
+end
+
+local startAt = from
+local blocked = nil
+for i = 1, #levels do
+  local L = levels[i]
+  if L.cost ~= 0 then
+    states[i] = load(L, now)
+    local at = earliest(L, states[i], L.cost, from)
+    if at == INF then
+      if L.algo == 'cc' then blocked = 'concurrency' else blocked = 'capacity' end
+    elseif at > startAt then
+      startAt = at
+    end
+  end
+end
+if blocked then return { 0, '-1', blocked, fmt(now) } end
+-- waitMs = startAt - now: how long the call would wait for its start.
+if maxWait >= 0 and startAt - now > maxWait then
+  return { 0, fmt(startAt - now), 'wait', fmt(now) }
+end
+
+local reply = { 1, fmt(startAt), fmt(now) }
+local learnedReply = {}
+for i = 1, #levels do
+  local L = levels[i]
+  local mark = ''
+  if L.cost ~= 0 then
+    if L.algo == 'cc' then
+      -- expiresAt = now + lease (ms): a dead process's permits come back then.
+      redis.call('HSET', L.key, id, fmt(L.cost) .. ' ' .. fmt(now + leaseMs))
+      redis.call('PEXPIRE', L.key, leaseMs)
+    else
+      mark = save(L, take(L, states[i], L.cost, startAt), now)
+    end
+  end
+  if i <= n then
+    reply[#reply + 1] = mark
+  elseif L.cost ~= 0 then
+    learnedReply[#learnedReply + 1] = learnedIds[i]
+    learnedReply[#learnedReply + 1] = fmt(L.cost)
+    learnedReply[#learnedReply + 1] = mark
+  end
+end
+reply[#reply + 1] = #learnedReply / 3
+for j = 1, #learnedReply do reply[#reply + 1] = learnedReply[j] end
+return reply
+`;
+
+/**
+ * Give back a reservation (or only its concurrency permits, when the call finished).
+ *
+ * KEYS: level state keys (n), then the learned-spec hash.
+ * ARGV: nowOverride, n, reservation id, minTtlMs, key tag, scope, startAt, learnedCount,
+ *   then 6 values per level (algo, limit, intervalMs, burst, cost, mark), then (id, cost, mark)
+ *   per learned level.
+ * Reply: now.
+ */
+export const REFUND_LUA = `${LIMITS_LUA}
+local now = serverNow(ARGV[1])
+local n = tonumber(ARGV[2])
+local id = ARGV[3]
+MIN_TTL = tonumber(ARGV[4])
+local tag, scope = ARGV[5], ARGV[6]
+local at = tonumber(ARGV[7])
+local learnedCount = tonumber(ARGV[8])
+for i = 1, n do
+  local a = 8 + (i - 1) * 6
+  local cost = tonumber(ARGV[a + 5])
+  if cost ~= 0 then
+    local L = level(ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), cost, KEYS[i])
+    refund(L, cost, at, ARGV[a + 6], id, now)
+  end
+end
+local b = 8 + n * 6
+for j = 1, learnedCount do
+  local lid, cost, mark = ARGV[b + 1], tonumber(ARGV[b + 2]), ARGV[b + 3]
+  b = b + 3
+  local spec = redis.call('HGET', KEYS[n + 1], lid)
+  if spec then
+    local L = learnedLevel(tag, scope, lid, spec, {})
+    L.cost = cost
+    refund(L, cost, at, mark, id, now)
+  end
+end
+return fmt(now)
+`;
+
+/**
+ * Pause a partition (or one scope of it) until `untilMs` (store time, ms), or for `durationMs` from
+ * now; a pause only ever extends. Publishes `key untilMs now` on the channel so every process
+ * holding reservations in the partition re-plans them at once.
+ *
+ * KEYS: the pause key. ARGV: nowOverride, mode ('until' | 'for'), ms, channel.
+ * Reply: {untilMs (the pause in force), now}.
+ */
+export const PAUSE_LUA = `
+local function fmt(x) return string.format('%.17g', x) end
+local now
+if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+local untilMs = tonumber(ARGV[3])
+if ARGV[2] == 'for' then untilMs = now + untilMs end
+local current = tonumber(redis.call('GET', KEYS[1]) or '')
+if current and current >= untilMs then return { fmt(current), fmt(now) } end
+if untilMs <= now then return { fmt(current or 0), fmt(now) } end
+redis.call('SET', KEYS[1], fmt(untilMs), 'PX', math.ceil(untilMs - now) + 1)
+redis.call('PUBLISH', ARGV[4], KEYS[1] .. ' ' .. fmt(untilMs) .. ' ' .. fmt(now))
+return { fmt(untilMs), fmt(now) }
+`;
+
+/** Read a pause. KEYS: the pause key. ARGV: nowOverride. Reply: {untilMs or 0, now}. */
+export const READ_PAUSE_LUA = `
+local function fmt(x) return string.format('%.17g', x) end
+local now
+if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+local current = tonumber(redis.call('GET', KEYS[1]) or '')
+if current and current > now then return { fmt(current), fmt(now) } end
+return { '0', fmt(now) }
+`;
+
+/**
+ * Share a limit learned from a provider's headers: every later reservation in the partition (and
+ * scope) checks it too. A new learned limit is seeded with the units the provider says are used.
+ *
+ * KEYS: the learned-spec hash, the learned level's state key.
+ * ARGV: nowOverride, id, spec ('algo limit intervalMs burst unit'), ttlMs, seedUnits, minTtlMs.
+ * Reply: {1 if new or changed else 0, now}.
+ */
+export const LEARN_LUA = `${LIMITS_LUA}
+local now = serverNow(ARGV[1])
+local id, spec, ttl, seed = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+MIN_TTL = tonumber(ARGV[6])
+local previous = redis.call('HGET', KEYS[1], id)
+redis.call('HSET', KEYS[1], id, spec)
+redis.call('PEXPIRE', KEYS[1], ttl)
+if previous == spec then return { 0, fmt(now) } end
+if previous == false and seed > 0 then
+  local algo, limit, I, burst = string.match(spec, '(%S+) (%S+) (%S+) (%S+)')
+  local L = level(algo, tonumber(limit), tonumber(I), tonumber(burst), 0, KEYS[2])
+  if seed > L.cap then seed = L.cap end
+  save(L, take(L, load(L, now), seed, now), now)
+end
+return { 1, fmt(now) }
+`;
+
+/** Server time, for the gate's clock offset and for health probes. Reply: now (ms). */
+export const TIME_LUA = `
+local t = redis.call('TIME')
+return string.format('%.17g', tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000)
+`;

@@ -1,0 +1,440 @@
+import { createLimit } from '../core/create-limit.js';
+import type { LimitSpec } from '../core/limit.js';
+import { StoreUnavailableError } from '../errors.js';
+import { integer, invalid, nonEmptyString, plainObject } from '../validate.js';
+import { algorithmCodes, claimRefund, learnedId, learnedSpecText, levelName } from './memory-store.js';
+import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
+import { DigestCache, digest, partitionTag, pauseChannel, scopePart } from './redis-keys.js';
+import { LEARN_LUA, PAUSE_LUA, READ_PAUSE_LUA, REFUND_LUA, RESERVE_LUA, TIME_LUA } from './redis-scripts.js';
+import type {
+  LearnOptions,
+  ReserveOptions,
+  Store,
+  StoreDecision,
+  StoreLevel,
+  StorePause,
+  StorePauseEvent,
+  StoreReservation,
+} from './store.js';
+
+export interface RedisStoreOptions {
+  /** An `ioredis` client (`Redis` or `Cluster`), or a URL such as `redis://127.0.0.1:6379`. */
+  redis: RedisClient | string;
+  /**
+   * First part of every key's hash tag and of the pause channel: `{<keyPrefix>:<hash>}:...`.
+   * Gates sharing a quota must share it. Letters, digits and `-_.:` only.
+   * @default 'tollgate'
+   */
+  keyPrefix?: string;
+  /**
+   * A command not answered within this many ms fails with `StoreUnavailableError` (what a shared
+   * gate's failure policy acts on). Integer >= 1.
+   * @default 250
+   */
+  commandTimeoutMs?: number;
+  /**
+   * A concurrency permit held longer than this is given back (its process probably died). Longer
+   * than the slowest call. Integer >= 1.
+   * @default 300_000
+   */
+  concurrencyLeaseMs?: number;
+  /**
+   * A learned limit not learned again for this long is forgotten. Integer >= 1.
+   * @default 600_000
+   */
+  learnedTtlMs?: number;
+  /**
+   * Keys live at least this long (ms) even when idle sooner. For tests that drive the store with an
+   * explicit `now` (`reserveAt`) far from real time. Integer >= 1.
+   * @default 1
+   */
+  minTtlMs?: number;
+}
+
+const scripts = {
+  reserve: loadedScript('reserve', RESERVE_LUA),
+  refund: loadedScript('refund', REFUND_LUA),
+  pause: loadedScript('pause', PAUSE_LUA),
+  readPause: loadedScript('readPause', READ_PAUSE_LUA),
+  learn: loadedScript('learn', LEARN_LUA),
+  time: loadedScript('time', TIME_LUA),
+};
+
+/** A level's key suffix and its static script arguments, computed once per level object. */
+interface LevelInfo {
+  readonly suffix: string;
+  readonly args: readonly string[];
+}
+const levelInfo = new WeakMap<StoreLevel, LevelInfo>();
+function infoOf(level: StoreLevel): LevelInfo {
+  let info = levelInfo.get(level);
+  if (info === undefined) {
+    const { algorithm, limit, intervalMs, burst } = level.spec;
+    info = {
+      suffix: digest(levelName(level)),
+      args: [algorithmCodes[algorithm], String(limit), String(intervalMs), String(burst)],
+    };
+    levelInfo.set(level, info);
+  }
+  return info;
+}
+
+const num = (value: unknown): number => (value === '-1' ? Infinity : Number(value));
+
+let idCounter = 0;
+const idPrefix = digest(`${process.pid}:${Math.random()}:${Date.now()}`).slice(0, 8);
+
+/**
+ * The Redis store: every decision is one `EVALSHA` of a Lua script that reads Redis server time,
+ * checks and commits all levels atomically, and sets TTLs so idle state disappears (see
+ * `redis-scripts.ts` for the scripts, `redis-keys.ts` for the key layout). Answers with promises; a
+ * failure or a command slower than `commandTimeoutMs` rejects with `StoreUnavailableError`.
+ */
+export class RedisStore implements Store {
+  readonly keyPrefix: string;
+  readonly commandTimeoutMs: number;
+  readonly client: RedisClient;
+  private readonly runner: CommandRunner;
+  private readonly ownsClient: boolean;
+  private readonly concurrencyLeaseMs: string;
+  private readonly learnedTtlMs: number;
+  private readonly minTtlMs: string;
+  private readonly digests = new DigestCache();
+  private readonly listeners = new Set<(event: StorePauseEvent) => void>();
+  private subscriber: RedisClient | undefined = undefined;
+  private closed = false;
+
+  constructor(options: RedisStoreOptions) {
+    const o = plainObject('options', options);
+    const known = [
+      'redis',
+      'keyPrefix',
+      'commandTimeoutMs',
+      'concurrencyLeaseMs',
+      'learnedTtlMs',
+      'minTtlMs',
+    ];
+    for (const key of Object.keys(o)) {
+      if (!known.includes(key)) throw invalid(`redis.${key}`, `a known option (${known.join(', ')})`, o[key]);
+    }
+    const prefix = nonEmptyString('redis.keyPrefix', o['keyPrefix'] ?? 'tollgate');
+    if (!/^[\w\-.:]{1,100}$/.test(prefix) || prefix.includes('{') || prefix.includes('}')) {
+      throw invalid('redis.keyPrefix', 'letters, digits and `-_.:` (at most 100)', prefix);
+    }
+    this.keyPrefix = prefix;
+    this.commandTimeoutMs = integer('redis.commandTimeoutMs', o['commandTimeoutMs'] ?? 250, 1);
+    this.concurrencyLeaseMs = String(
+      integer('redis.concurrencyLeaseMs', o['concurrencyLeaseMs'] ?? 300_000, 1),
+    );
+    this.learnedTtlMs = integer('redis.learnedTtlMs', o['learnedTtlMs'] ?? 600_000, 1);
+    this.minTtlMs = String(integer('redis.minTtlMs', o['minTtlMs'] ?? 1, 1));
+    const redis = o['redis'];
+    if (typeof redis === 'string') {
+      this.client = connectRedis(redis);
+      this.ownsClient = true;
+    } else if (typeof (redis as RedisClient | null)?.call === 'function') {
+      this.client = redis as RedisClient;
+      this.ownsClient = false;
+    } else {
+      throw invalid('redis', 'an ioredis client or a redis:// URL', redis);
+    }
+    this.runner = new CommandRunner(this.client, this.commandTimeoutMs);
+    // A client we own reports errors through failed commands; without a listener ioredis logs them.
+    if (this.ownsClient) this.client.on('error', () => {});
+  }
+
+  /** Commands sent so far (the bench divides it by decisions: round trips per decision). */
+  get commandsSent(): number {
+    return this.runner.commands;
+  }
+
+  reserve(
+    partition: string,
+    levels: readonly StoreLevel[],
+    costs: readonly number[],
+    maxWaitMs: number,
+    options?: ReserveOptions,
+  ): Promise<StoreDecision> {
+    return this.reserveWith('', partition, levels, costs, maxWaitMs, options);
+  }
+
+  reserveAt(
+    partition: string,
+    levels: readonly StoreLevel[],
+    costs: readonly number[],
+    maxWaitMs: number,
+    now: number,
+    options?: ReserveOptions,
+  ): Promise<StoreDecision> {
+    return this.reserveWith(String(now), partition, levels, costs, maxWaitMs, options);
+  }
+
+  refund(reservation: StoreReservation, which: 'all' | 'untimed' = 'all'): Promise<void> {
+    return this.refundWith('', reservation, which);
+  }
+
+  refundAt(reservation: StoreReservation, now: number, which: 'all' | 'untimed' = 'all'): Promise<void> {
+    return this.refundWith(String(now), reservation, which);
+  }
+
+  pause(partition: string, untilMs: number, scope = ''): Promise<StorePause> {
+    return this.pauseWith('', 'until', partition, untilMs, scope);
+  }
+
+  pauseFor(partition: string, durationMs: number, scope = ''): Promise<StorePause> {
+    return this.pauseWith('', 'for', partition, durationMs, scope);
+  }
+
+  /** `pause` at an explicit now (tests). */
+  pauseAt(partition: string, untilMs: number, now: number, scope = ''): Promise<StorePause> {
+    return this.pauseWith(String(now), 'until', partition, untilMs, scope);
+  }
+
+  async pausedUntil(partition: string, scope = ''): Promise<StorePause> {
+    this.checkOpen();
+    const reply = (await this.runner.evalsha(scripts.readPause, 1, [this.pauseId(partition, scope), ''])) as [
+      string,
+      string,
+    ];
+    return { untilMs: Number(reply[0]), serverNow: Number(reply[1]) };
+  }
+
+  pauseId(partition: string, scope = ''): string {
+    return `${this.tagOf(partition)}:p:${this.scopeOf(scope)}`;
+  }
+
+  onPause(listener: (event: StorePauseEvent) => void): () => void {
+    this.listeners.add(listener);
+    this.subscribe();
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+
+  learn(partition: string, spec: LimitSpec, options?: LearnOptions): Promise<boolean> {
+    return this.learnWith('', partition, spec, options);
+  }
+
+  /** `learn` at an explicit now (tests). */
+  learnAt(partition: string, spec: LimitSpec, now: number, options?: LearnOptions): Promise<boolean> {
+    return this.learnWith(String(now), partition, spec, options);
+  }
+
+  async time(): Promise<number> {
+    this.checkOpen();
+    return Number(await this.runner.evalsha(scripts.time, 0, []));
+  }
+
+  /** Load every script now (one round trip each), so the first decisions need no NOSCRIPT retry. */
+  async preload(): Promise<void> {
+    await Promise.all(Object.values(scripts).map((s) => this.runner.call('SCRIPT', 'LOAD', s.source)));
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.listeners.clear();
+    const subscriber = this.subscriber;
+    this.subscriber = undefined;
+    subscriber?.disconnect();
+    this.runner.abandon();
+    if (this.ownsClient) {
+      try {
+        await this.client.quit();
+      } catch {
+        this.client.disconnect();
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  private checkOpen(): void {
+    if (this.closed) throw new StoreUnavailableError('Redis store is closed');
+  }
+
+  private tagOf(partition: string): string {
+    return partitionTag(this.keyPrefix, this.digests.get(partition));
+  }
+
+  private scopeOf(scope: string): string {
+    return scopePart(scope === '' ? undefined : this.digests.get(scope));
+  }
+
+  private reserveWith(
+    nowArg: string,
+    partition: string,
+    levels: readonly StoreLevel[],
+    costs: readonly number[],
+    maxWaitMs: number,
+    options: ReserveOptions | undefined,
+  ): Promise<StoreDecision> {
+    if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
+    const scope = options?.scope ?? '';
+    const tag = this.tagOf(partition);
+    const scopeId = this.scopeOf(scope);
+    const n = levels.length;
+    const keys: (string | number)[] = [];
+    for (let i = 0; i < n; i++) keys.push(`${tag}:s:${infoOf(levels[i]!).suffix}`);
+    keys.push(`${tag}:p:-`);
+    if (scope !== '') keys.push(`${tag}:p:${scopeId}`);
+    keys.push(`${tag}:l:${scopeId}`);
+    const numKeys = keys.length;
+    let units = '';
+    if (options?.units !== undefined) {
+      for (const unit of Object.keys(options.units))
+        units += `${encodeURIComponent(unit)} ${options.units[unit]} `;
+    }
+    const id = `${idPrefix}.${++idCounter}`;
+    keys.push(
+      nowArg,
+      Number.isFinite(maxWaitMs) ? String(maxWaitMs) : '-1',
+      String(n),
+      scope === '' ? '1' : '2',
+      id,
+      this.concurrencyLeaseMs,
+      this.minTtlMs,
+      tag,
+      scopeId,
+      units,
+    );
+    for (let i = 0; i < n; i++) {
+      const args = infoOf(levels[i]!).args;
+      keys.push(args[0]!, args[1]!, args[2]!, args[3]!, String(costs[i]));
+    }
+    return this.runner.evalsha(scripts.reserve, numKeys, keys).then((value) => {
+      const reply = value as (string | number)[];
+      if (reply[0] !== 1) {
+        return {
+          ok: false,
+          retryAfterMs: num(reply[1]),
+          reason: reply[2] as 'wait' | 'concurrency' | 'capacity',
+          serverNow: Number(reply[3]),
+        };
+      }
+      const marks = reply.slice(3, 3 + n) as string[];
+      const learnedCount = Number(reply[3 + n]);
+      const learned: { id: string; cost: number; mark: string }[] = [];
+      for (let j = 0, k = 4 + n; j < learnedCount; j++, k += 3) {
+        learned.push({ id: String(reply[k]), cost: Number(reply[k + 1]), mark: String(reply[k + 2]) });
+      }
+      return {
+        ok: true,
+        startAt: Number(reply[1]),
+        serverNow: Number(reply[2]),
+        id,
+        partition,
+        scope,
+        levels,
+        costs,
+        marks,
+        learned,
+      };
+    });
+  }
+
+  private refundWith(nowArg: string, reservation: StoreReservation, which: 'all' | 'untimed'): Promise<void> {
+    const part = claimRefund(reservation, which);
+    if (part === undefined) return Promise.resolve();
+    if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
+    const { levels, costs, marks } = reservation;
+    const tag = this.tagOf(reservation.partition);
+    const scopeId = this.scopeOf(reservation.scope);
+    const n = levels.length;
+    const keys: (string | number)[] = [];
+    for (let i = 0; i < n; i++) keys.push(`${tag}:s:${infoOf(levels[i]!).suffix}`);
+    keys.push(`${tag}:l:${scopeId}`);
+    const learned = part === 'untimed' ? [] : reservation.learned;
+    keys.push(
+      nowArg,
+      String(n),
+      reservation.id,
+      this.minTtlMs,
+      tag,
+      scopeId,
+      String(reservation.startAt),
+      String(learned.length),
+    );
+    for (let i = 0; i < n; i++) {
+      const level = levels[i]!;
+      const args = infoOf(level).args;
+      const untimed = level.spec.algorithm === 'concurrency';
+      // Only the part being refunded is charged back: the rest is sent with cost 0 (skipped).
+      const give = part === 'all' || (part === 'untimed') === untimed;
+      keys.push(args[0]!, args[1]!, args[2]!, args[3]!, give ? String(costs[i]) : '0', marks[i] ?? '');
+    }
+    for (const entry of learned) keys.push(entry.id, String(entry.cost), entry.mark);
+    return this.runner.evalsha(scripts.refund, n + 1, keys).then(() => undefined);
+  }
+
+  private async pauseWith(
+    nowArg: string,
+    mode: 'until' | 'for',
+    partition: string,
+    ms: number,
+    scope: string,
+  ): Promise<StorePause> {
+    this.checkOpen();
+    if (typeof ms !== 'number' || Number.isNaN(ms))
+      throw invalid(mode === 'for' ? 'durationMs' : 'untilMs', 'a number', ms);
+    const reply = (await this.runner.evalsha(scripts.pause, 1, [
+      this.pauseId(partition, scope),
+      nowArg,
+      mode,
+      String(ms),
+      pauseChannel(this.keyPrefix),
+    ])) as [string, string];
+    return { untilMs: Number(reply[0]), serverNow: Number(reply[1]) };
+  }
+
+  private async learnWith(
+    nowArg: string,
+    partition: string,
+    spec: LimitSpec,
+    options: LearnOptions | undefined,
+  ): Promise<boolean> {
+    this.checkOpen();
+    const core = createLimit(spec, 'spec');
+    if (!core.timed) throw invalid('spec.algorithm', 'a timed algorithm (not concurrency)', spec.algorithm);
+    const tag = this.tagOf(partition);
+    const scopeId = this.scopeOf(options?.scope ?? '');
+    const id = digest(learnedId(core.spec));
+    const reply = (await this.runner.evalsha(scripts.learn, 2, [
+      `${tag}:l:${scopeId}`,
+      `${tag}:L:${scopeId}:${id}`,
+      nowArg,
+      id,
+      learnedSpecText(core.spec),
+      String(this.learnedTtlMs),
+      String(options?.seedUnits ?? 0),
+      this.minTtlMs,
+    ])) as [number, string];
+    return reply[0] === 1;
+  }
+
+  private subscribe(): void {
+    if (this.subscriber !== undefined || this.closed) return;
+    const subscriber = this.client.duplicate();
+    this.subscriber = subscriber;
+    subscriber.on('error', () => {});
+    const channel = pauseChannel(this.keyPrefix);
+    subscriber.on('message', (from: string, message: string) => {
+      if (from !== channel) return;
+      const [pauseId, untilMs, serverNow] = message.split(' ');
+      if (pauseId === undefined) return;
+      const event = { partition: undefined, pauseId, untilMs: Number(untilMs), serverNow: Number(serverNow) };
+      for (const listener of this.listeners) {
+        try {
+          listener(event);
+        } catch (error) {
+          queueMicrotask(() => {
+            throw error;
+          });
+        }
+      }
+    });
+    subscriber.subscribe(channel).catch(() => {
+      // Reconnects resubscribe by themselves; a failure here shows up as a missed pause only.
+    });
+  }
+}

@@ -1,0 +1,155 @@
+/**
+ * The store port: where shared limit decisions are made. Two implementations pass one contract
+ * suite (`test/contract/store-contract.ts`): `MemoryStore` (this process; answers with values, so the
+ * hot path stays synchronous) and `RedisStore` (shared by processes and machines; answers with
+ * promises, one round trip per decision, on Redis server time).
+ *
+ * Times a store returns (`startAt`, `serverNow`, pause ends) are on the *store's* clock. A caller
+ * converts them with the `serverNow` of the same answer: `localStart = localNow + (startAt - serverNow)`.
+ */
+import type { LimitSpec } from '../core/limit.js';
+import type { NormalizedLimitSpec } from '../core/normalize-limit-spec.js';
+
+/** A value now, or a promise of it: memory answers synchronously, Redis asynchronously. */
+export type MaybePromise<T> = T | Promise<T>;
+
+/** One limit a call must pass in a partition. */
+export interface StoreLevel {
+  /**
+   * Names the level's state inside its partition (e.g. `g0` for the first gate-wide limit). Calls
+   * naming the same id share the state. Never a secret: it is part of a key name.
+   */
+  readonly id: string;
+  /** The limit, normalized (`createLimit(spec).spec`). */
+  readonly spec: NormalizedLimitSpec;
+}
+
+/** Options of one reservation. */
+export interface ReserveOptions {
+  /**
+   * Sub-partition for pauses and learned limits (the shared gate uses the hash of a call's key when
+   * several keys share one partition). A call honours the pause of `''` and of its scope.
+   * @default ''
+   */
+  readonly scope?: string;
+  /**
+   * The call's cost per unit, for limits learned from headers (a learned `tokens` limit charges
+   * `units.tokens`). Missing units cost 0, except `requests`, which costs 1.
+   */
+  readonly units?: Readonly<Record<string, number>>;
+}
+
+/** A granted reservation: the call may start at `startAt` (store time). Pass it back to refund. */
+export interface StoreReservation {
+  readonly ok: true;
+  /** When the call may start (store clock, ms); `>= serverNow`. */
+  readonly startAt: number;
+  /** The store's clock when it decided (ms). */
+  readonly serverNow: number;
+  /** Unique id (concurrency permits are leased under it). */
+  readonly id: string;
+  readonly partition: string;
+  readonly scope: string;
+  readonly levels: readonly StoreLevel[];
+  readonly costs: readonly number[];
+  /** Per level, what a refund checks (GCRA: the TAT after this take). Opaque. */
+  readonly marks: readonly string[];
+  /** Learned levels this reservation charged: their id, cost and mark. */
+  readonly learned: readonly { readonly id: string; readonly cost: number; readonly mark: string }[];
+}
+
+/**
+ * A refusal, as a value. `reason`:
+ * - `'wait'`: the call would start `retryAfterMs` from now, later than `maxWaitMs` allows;
+ * - `'concurrency'`: a concurrency limit is full (`retryAfterMs` Infinity: depends on releases);
+ * - `'capacity'`: a level can never admit this cost (`retryAfterMs` Infinity).
+ * Nothing was committed.
+ */
+export interface StoreRefusal {
+  readonly ok: false;
+  readonly retryAfterMs: number;
+  readonly reason: 'wait' | 'concurrency' | 'capacity';
+  readonly serverNow: number;
+}
+
+export type StoreDecision = StoreReservation | StoreRefusal;
+
+/** A pause as stored: nothing in the partition (scope) starts before `untilMs` (store time). */
+export interface StorePause {
+  readonly untilMs: number;
+  readonly serverNow: number;
+}
+
+/** Published to every store instance sharing the backend when a pause is set or extended. */
+export interface StorePauseEvent {
+  readonly partition: string | undefined;
+  /** The pause key's identity (partition tag and scope); compare with `pauseId(partition, scope)`. */
+  readonly pauseId: string;
+  readonly untilMs: number;
+  readonly serverNow: number;
+}
+
+export interface LearnOptions {
+  readonly scope?: string;
+  /**
+   * Units already used in the provider's window when the limit is first learned (the provider's
+   * `limit - remaining`), taken at once so the first window is not over-filled.
+   * @default 0
+   */
+  readonly seedUnits?: number;
+}
+
+export interface Store {
+  /**
+   * Reserve `costs[i]` on every `levels[i]`, atomically and all or nothing, at the earliest time all
+   * admit it behind everything already reserved (and after any pause). A start more than `maxWaitMs`
+   * after now commits nothing and answers a refusal (`Infinity`: no bound).
+   */
+  reserve(
+    partition: string,
+    levels: readonly StoreLevel[],
+    costs: readonly number[],
+    maxWaitMs: number,
+    options?: ReserveOptions,
+  ): MaybePromise<StoreDecision>;
+  /** `reserve` at an explicit store time `now` (tests and parity checks). */
+  reserveAt(
+    partition: string,
+    levels: readonly StoreLevel[],
+    costs: readonly number[],
+    maxWaitMs: number,
+    now: number,
+    options?: ReserveOptions,
+  ): MaybePromise<StoreDecision>;
+  /**
+   * Give a reservation back: all of it (a cancelled wait), or with `'untimed'` only its concurrency
+   * permits (the call finished). A timed level refunds exactly when the reservation is still its
+   * latest take; an older one stays counted (never over-admits).
+   */
+  refund(reservation: StoreReservation, which?: 'all' | 'untimed'): MaybePromise<void>;
+  refundAt(reservation: StoreReservation, now: number, which?: 'all' | 'untimed'): MaybePromise<void>;
+  /** Nothing in `partition` (and `scope`) starts before `untilMs` (store time); pauses only extend. */
+  pause(partition: string, untilMs: number, scope?: string): MaybePromise<StorePause>;
+  /** Pause for `durationMs` from the store's now (no clock conversion needed). */
+  pauseFor(partition: string, durationMs: number, scope?: string): MaybePromise<StorePause>;
+  /** The pause in force (`untilMs` 0 when none). */
+  pausedUntil(partition: string, scope?: string): MaybePromise<StorePause>;
+  /** The identity of a pause, as `StorePauseEvent.pauseId` reports it. */
+  pauseId(partition: string, scope?: string): string;
+  /** Subscribe to pauses set through any instance sharing this store's backend. */
+  onPause(listener: (event: StorePauseEvent) => void): () => void;
+  /**
+   * Share a limit learned from a provider: later reservations in `partition` (and scope) check it
+   * too. Answers true when it was new or changed.
+   */
+  learn(partition: string, spec: LimitSpec, options?: LearnOptions): MaybePromise<boolean>;
+  /** The store's clock (ms); for Redis one round trip (a health probe). */
+  time(): MaybePromise<number>;
+  /** Release connections the store opened (not a client passed in). */
+  close(): MaybePromise<void>;
+}
+
+/** True when `value` is a promise-like (the store answered asynchronously). */
+export function isPromise<T>(value: MaybePromise<T>): value is Promise<T> {
+  return typeof (value as { then?: unknown } | null)?.then === 'function';
+}

@@ -1,0 +1,6 @@
+import { MemoryStore } from '../../src/redis/memory-store.js';
+import { storeContract } from './store-contract.js';
+
+storeContract('memory', () => new MemoryStore(), {
+  countKeys: (store, _partition) => (store as MemoryStore).size,
+});

@@ -1,0 +1,289 @@
+import { afterAll, describe, expect, it } from 'vitest';
+import { createLimit } from '../../src/core/create-limit.js';
+import type { LimitSpec } from '../../src/core/limit.js';
+import type {
+  Store,
+  StoreDecision,
+  StoreLevel,
+  StorePauseEvent,
+  StoreReservation,
+} from '../../src/redis/store.js';
+
+export interface StoreContractOptions {
+  /** A reason to skip the whole suite (printed), or false to run it. */
+  readonly skip?: string | false;
+  /** True when two stores from `makeStore` share one backend (Redis): cross-instance behaviours run. */
+  readonly shared?: boolean;
+  /** Keys (or entries) the store holds for `partition`, for the cleanup test. */
+  readonly countKeys?: (store: Store, partition: string) => Promise<number> | number;
+}
+
+const level = (id: string, spec: LimitSpec): StoreLevel => ({ id, spec: createLimit(spec).spec });
+const T0 = 1_800_000_000_000;
+let serial = 0;
+/** A partition no earlier run has touched (Redis keeps state between runs until its TTL). */
+const fresh = () => `contract-${process.pid}-${Date.now()}-${serial++}`;
+
+function granted(decision: StoreDecision): StoreReservation {
+  if (!decision.ok) throw new Error(`expected a reservation, got ${JSON.stringify(decision)}`);
+  return decision;
+}
+
+/**
+ * The behaviour every store must have. Run it against each backend:
+ * `storeContract('memory', () => new MemoryStore())`. Timing rules use `reserveAt` with explicit
+ * store times (deterministic); pauses, cleanup and cross-instance rules use real time.
+ */
+export function storeContract(
+  name: string,
+  makeStore: () => Store | Promise<Store>,
+  options: StoreContractOptions = {},
+): void {
+  const skip = options.skip ?? false;
+  if (skip) console.log(`[store contract] ${name}: skipped (${skip})`);
+  describe.skipIf(skip !== false)(`${name} store contract`, () => {
+    const open: Store[] = [];
+    const make = async () => {
+      const store = await makeStore();
+      open.push(store);
+      return store;
+    };
+    afterAll(async () => {
+      for (const store of open) await store.close();
+    });
+
+    const tb = level('a', { algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 3 });
+    const leaky = level('leaky', { algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 });
+    const fixed = level('fixed', { algorithm: 'fixed-window', limit: 2, intervalMs: 1000 });
+    const log = level('log', { algorithm: 'sliding-log', limit: 2, intervalMs: 1000 });
+
+    it('admits the burst at once, then grants each later call the earliest start it fits', async () => {
+      const store = await make();
+      const p = fresh();
+      const starts: number[] = [];
+      for (let i = 0; i < 5; i++)
+        starts.push(granted(await store.reserveAt(p, [tb], [1], 10_000, T0)).startAt - T0);
+      // burst 3 at once, then one per 100 ms (10 per second).
+      expect(starts).toEqual([0, 0, 0, 100, 200]);
+    });
+
+    it('refuses a start beyond maxWaitMs without committing anything, and says how long it would wait', async () => {
+      const store = await make();
+      const p = fresh();
+      for (let i = 0; i < 3; i++) granted(await store.reserveAt(p, [tb], [1], 0, T0));
+      const refused = await store.reserveAt(p, [tb], [1], 99, T0);
+      expect(refused).toMatchObject({ ok: false, reason: 'wait', retryAfterMs: 100, serverNow: T0 });
+      // Nothing was taken by the refusal: the next call still gets the 100 ms slot.
+      expect(granted(await store.reserveAt(p, [tb], [1], 100, T0)).startAt).toBe(T0 + 100);
+    });
+
+    it('takes every level or none (atomic all-or-nothing)', async () => {
+      const store = await make();
+      const p = fresh();
+      granted(await store.reserveAt(p, [tb, fixed], [1, 2], 0, T0));
+      // The fixed window is full: this call is refused, and the bucket keeps its 2 remaining tokens.
+      expect((await store.reserveAt(p, [tb, fixed], [1, 1], 0, T0 + 1)).ok).toBe(false);
+      expect(granted(await store.reserveAt(p, [tb], [2], 0, T0 + 1)).startAt).toBe(T0 + 1);
+      expect((await store.reserveAt(p, [tb], [1], 0, T0 + 1)).ok).toBe(false);
+    });
+
+    it('refills over time: no higher than the burst after a long idle period', async () => {
+      const store = await make();
+      const p = fresh();
+      for (let i = 0; i < 3; i++) granted(await store.reserveAt(p, [tb], [1], 0, T0));
+      expect((await store.reserveAt(p, [tb], [1], 0, T0 + 99)).ok).toBe(false);
+      expect(granted(await store.reserveAt(p, [tb], [1], 0, T0 + 100)).startAt).toBe(T0 + 100);
+      const later = T0 + 60_000;
+      for (let i = 0; i < 3; i++) granted(await store.reserveAt(p, [tb], [1], 0, later));
+      expect(await store.reserveAt(p, [tb], [1], 0, later)).toMatchObject({ ok: false, retryAfterMs: 100 });
+    });
+
+    it('grants reservations in the future; refunding the latest gives its slot to the next call', async () => {
+      const store = await make();
+      const p = fresh();
+      granted(await store.reserveAt(p, [leaky], [1], 10_000, T0));
+      const second = granted(await store.reserveAt(p, [leaky], [1], 10_000, T0));
+      expect(second.startAt).toBe(T0 + 100);
+      await store.refundAt(second, T0 + 10);
+      expect(granted(await store.reserveAt(p, [leaky], [1], 10_000, T0 + 20)).startAt).toBe(T0 + 100);
+    });
+
+    it('refunding an older bucket reservation keeps it counted: later calls never move into the chain', async () => {
+      const store = await make();
+      const p = fresh();
+      granted(await store.reserveAt(p, [leaky], [1], 10_000, T0));
+      const second = granted(await store.reserveAt(p, [leaky], [1], 10_000, T0));
+      granted(await store.reserveAt(p, [leaky], [1], 10_000, T0));
+      await store.refundAt(second, T0 + 10);
+      expect(granted(await store.reserveAt(p, [leaky], [1], 10_000, T0 + 20)).startAt).toBe(T0 + 300);
+    });
+
+    it('a refund on a window or a log gives back the units of the window or entry it was taken in', async () => {
+      const store = await make();
+      const p = fresh();
+      granted(await store.reserveAt(p, [fixed, log], [1, 1], 0, T0));
+      const second = granted(await store.reserveAt(p, [fixed, log], [1, 1], 0, T0 + 10));
+      expect((await store.reserveAt(p, [fixed], [1], 0, T0 + 20)).ok).toBe(false);
+      expect((await store.reserveAt(p, [log], [1], 0, T0 + 20)).ok).toBe(false);
+      await store.refundAt(second, T0 + 30);
+      // Refunding twice changes nothing more.
+      await store.refundAt(second, T0 + 30);
+      expect(granted(await store.reserveAt(p, [fixed], [1], 0, T0 + 40)).startAt).toBe(T0 + 40);
+      expect(granted(await store.reserveAt(p, [log], [1], 0, T0 + 40)).startAt).toBe(T0 + 40);
+      expect((await store.reserveAt(p, [fixed], [1], 0, T0 + 50)).ok).toBe(false);
+      // The log is full again until its first entry leaves the window.
+      expect(await store.reserveAt(p, [log], [1], 10_000, T0 + 50)).toMatchObject({
+        ok: true,
+        startAt: T0 + 1000,
+      });
+    });
+
+    it('a concurrency limit refuses when full and reopens when a call releases its permit', async () => {
+      const store = await make();
+      const p = fresh();
+      const cc = level('cc', { algorithm: 'concurrency', limit: 2 });
+      const a = granted(await store.reserveAt(p, [cc, tb], [1, 1], 0, T0));
+      granted(await store.reserveAt(p, [cc, tb], [1, 1], 0, T0));
+      expect(await store.reserveAt(p, [cc, tb], [1, 1], 0, T0)).toMatchObject({
+        ok: false,
+        reason: 'concurrency',
+        retryAfterMs: Infinity,
+      });
+      await store.refundAt(a, T0 + 1, 'untimed');
+      await store.refundAt(a, T0 + 1, 'untimed');
+      granted(await store.reserveAt(p, [cc], [1], 0, T0 + 2));
+      expect((await store.reserveAt(p, [cc], [1], 0, T0 + 2)).ok).toBe(false);
+    });
+
+    it('a cost above what a level can ever admit is refused as capacity, not queued', async () => {
+      const store = await make();
+      expect(await store.reserveAt(fresh(), [tb], [4], 60_000, T0)).toMatchObject({
+        ok: false,
+        reason: 'capacity',
+      });
+    });
+
+    it('a level with cost 0 is not consulted', async () => {
+      const store = await make();
+      const p = fresh();
+      granted(await store.reserveAt(p, [fixed], [2], 0, T0));
+      granted(await store.reserveAt(p, [tb, fixed], [1, 0], 0, T0));
+    });
+
+    it('a pause holds every start of the partition until it ends; pauses only extend', async () => {
+      const store = await make();
+      const p = fresh();
+      const pause = await store.pauseFor(p, 400);
+      expect(pause.untilMs).toBeGreaterThanOrEqual(pause.serverNow + 400);
+      expect((await store.pauseFor(p, 100)).untilMs).toBe(pause.untilMs);
+      expect((await store.pausedUntil(p)).untilMs).toBe(pause.untilMs);
+      const decision = granted(await store.reserve(p, [tb], [1], 10_000));
+      expect(decision.startAt).toBe(pause.untilMs);
+      // Another scope is not held by this pause; the scope of a key is, along with the partition's.
+      const scoped = await store.pauseFor(p, 800, 'key-1');
+      const one = level('one', { algorithm: 'token-bucket', limit: 10, intervalMs: 1000 });
+      const two = level('two', { algorithm: 'token-bucket', limit: 10, intervalMs: 1000 });
+      expect(granted(await store.reserve(p, [one], [1], 10_000, { scope: 'key-1' })).startAt).toBe(
+        scoped.untilMs,
+      );
+      expect(granted(await store.reserve(p, [two], [1], 10_000, { scope: 'key-2' })).startAt).toBe(
+        pause.untilMs,
+      );
+    });
+
+    it('learned limits join every later reservation of the partition and scope', async () => {
+      const store = await make();
+      const p = fresh();
+      const now = Number(await store.time());
+      expect(
+        await store.learn(p, { algorithm: 'sliding-log', limit: 2, intervalMs: 60_000 }, { seedUnits: 1 }),
+      ).toBe(true);
+      expect(await store.learn(p, { algorithm: 'sliding-log', limit: 2, intervalMs: 60_000 })).toBe(false);
+      const first = granted(await store.reserve(p, [tb], [1], 0));
+      expect(first.learned).toHaveLength(1);
+      // Seeded with 1 used: the second call waits for the window.
+      const second = await store.reserve(p, [tb], [1], 0);
+      expect(second).toMatchObject({ ok: false, reason: 'wait' });
+      expect((second as { retryAfterMs: number }).retryAfterMs).toBeGreaterThan(59_000);
+      // A tokens limit learned for another scope charges tokens only there.
+      await store.learn(
+        p,
+        { algorithm: 'sliding-log', limit: 100, intervalMs: 60_000, unit: 'tokens' },
+        { scope: 'k' },
+      );
+      const scoped = granted(await store.reserve(p, [tb], [1], 0, { scope: 'k', units: { tokens: 60 } }));
+      expect(scoped.learned.map((l) => l.cost)).toEqual([60]);
+      expect(await store.reserve(p, [tb], [1], 0, { scope: 'k', units: { tokens: 60 } })).toMatchObject({
+        ok: false,
+      });
+      // Refunding gives the learned units back as well.
+      await store.refund(scoped);
+      granted(await store.reserve(p, [tb], [1], 0, { scope: 'k', units: { tokens: 100 } }));
+      expect(now).toBeGreaterThan(0);
+    });
+
+    it('concurrent reservations never exceed the limit', async () => {
+      const a = await make();
+      const b = options.shared ? await make() : a;
+      const p = fresh();
+      const window = level('w', { algorithm: 'fixed-window', limit: 37, intervalMs: 60_000 });
+      const at = T0 + 5;
+      const decisions = await Promise.all(
+        Array.from({ length: 120 }, (_, i) => (i % 2 ? a : b).reserveAt(p, [window, tb], [1, 0], 0, at)),
+      );
+      expect(decisions.filter((d) => d.ok)).toHaveLength(37);
+    });
+
+    it('idle state disappears on its own', async () => {
+      const store = await make();
+      const p = fresh();
+      const quick = level('q', { algorithm: 'token-bucket', limit: 1, intervalMs: 40 });
+      const window = level('qw', { algorithm: 'fixed-window', limit: 5, intervalMs: 40 });
+      const slog = level('ql', { algorithm: 'sliding-log', limit: 5, intervalMs: 40 });
+      for (let i = 0; i < 3; i++) await store.reserve(p, [quick, window, slog], [1, 1, 1], 1_000);
+      await store.pauseFor(p, 30);
+      if (options.countKeys) expect(await options.countKeys(store, p)).toBeGreaterThan(0);
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      // A decision after the idle period finds full levels again.
+      const next = granted(await store.reserve(p, [quick], [1], 0));
+      expect(next.startAt).toBe(next.serverNow);
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      if (options.countKeys) expect(await options.countKeys(store, p)).toBe(0);
+    });
+
+    it.skipIf(!options.shared)(
+      'a pause set through one instance holds the other, which hears of it',
+      async () => {
+        const a = await make();
+        const b = await make();
+        const p = fresh();
+        const heard: StorePauseEvent[] = [];
+        const dispose = b.onPause((event) => heard.push(event));
+        // Let the subscription settle.
+        await b.pausedUntil(p);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        const pause = await a.pauseFor(p, 500);
+        const decision = granted(await b.reserve(p, [tb], [1], 10_000));
+        expect(decision.startAt).toBeGreaterThanOrEqual(pause.untilMs);
+        for (let i = 0; i < 50 && heard.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
+        expect(heard).toEqual([
+          expect.objectContaining({
+            pauseId: b.pauseId(p),
+            untilMs: pause.untilMs,
+            serverNow: pause.serverNow,
+          }),
+        ]);
+        dispose();
+      },
+    );
+
+    it.skipIf(!options.shared)('learned limits are shared between instances', async () => {
+      const a = await make();
+      const b = await make();
+      const p = fresh();
+      await a.learn(p, { algorithm: 'sliding-log', limit: 1, intervalMs: 60_000 });
+      granted(await b.reserve(p, [tb], [1], 0));
+      expect((await a.reserve(p, [tb], [1], 0)).ok).toBe(false);
+    });
+  });
+}
