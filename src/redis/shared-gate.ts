@@ -1,0 +1,1056 @@
+import type { BudgetReservation } from '../budget/budget-guard.js';
+import { BudgetExceededError } from '../budget/errors.js';
+import type { Clock } from '../clock.js';
+import {
+  type AdaptOptions,
+  bindingFor,
+  isAtLeastAsTight,
+  learnedSpec,
+  verdictFor,
+} from '../core/adaptation.js';
+import type { LimitCore } from '../core/limit.js';
+import {
+  AbortedError,
+  GateClosedError,
+  InvalidCostError,
+  QueueFullError,
+  QueueTimeoutError,
+  RateLimitedError,
+  StoreUnavailableError,
+  TollgateError,
+} from '../errors.js';
+import { type Dispose, Emitter, type Listener, type RefusedEvent, type StartEvent } from '../gate/events.js';
+import {
+  createGate,
+  type Gate,
+  type GateStats,
+  type Inspection,
+  type ScheduleOptions,
+} from '../gate/gate.js';
+import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
+import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
+import { invalid } from '../validate.js';
+import { unitCost } from './memory-store.js';
+import {
+  type FailurePolicy,
+  type NormalizedSharedGateOptions,
+  type SharedBudget,
+  type SharedGateOptions,
+  shareOf,
+  validateSharedGateOptions,
+} from './shared-gate-options.js';
+import {
+  isPromise,
+  type MaybePromise,
+  type Store,
+  type StoreDecision,
+  type StoreLevel,
+  type StorePauseEvent,
+  type StoreReservation,
+} from './store.js';
+import { type HeapEntry, TimerHeap } from './timer-heap.js';
+
+/** The store stopped answering: calls now follow the failure policy. */
+export interface StoreDownEvent {
+  readonly error: unknown;
+  readonly policy: FailurePolicy;
+}
+
+/** The store answers again: new calls are shared through it again. */
+export interface StoreUpEvent {
+  /** How long it was down, in ms (gate clock). */
+  readonly downForMs: number;
+}
+
+/** A pause the gate applies to its waiting calls (set here or by another process). */
+export interface SharedPauseEvent {
+  /** The key whose partition is paused, when known here; undefined for a gate-wide pause. */
+  readonly key: string | undefined;
+  /** Nothing held by it starts before this time (gate clock, ms). */
+  readonly untilMs: number;
+  readonly reason: string;
+}
+
+export interface SharedGateStats {
+  /** Calls of this process waiting for their start (reserving, holding a reservation, or retrying). */
+  readonly queued: number;
+  /** Calls of this process started and not yet settled. */
+  readonly inFlight: number;
+  /** Calls this process started (through the store, fail-open, or the local fallback). */
+  readonly started: number;
+  /** False while the store is down and the failure policy applies. */
+  readonly storeUp: boolean;
+  readonly failure: FailurePolicy;
+  /** Calls that went through the local fallback gate so far. */
+  readonly fallbackCalls: number;
+  /** The local fallback gate's own stats (`local` policy only). */
+  readonly fallback: GateStats | undefined;
+  readonly closed: boolean;
+}
+
+// A local start this close to a pause's end is left alone: store and local clocks round differently.
+const PAUSE_SLACK_MS = 5;
+// Learned limits are written again at most this often per key and window (the store keeps them alive).
+const LEARN_REFRESH_MS = 60_000;
+// Partitions of a gate with gate-wide limits all live under this store partition (one hash slot).
+const GATE_PARTITION = '~gate';
+const DEFAULT_KEY = '~default';
+
+interface KeyInfo {
+  readonly key: string | undefined;
+  readonly partition: string;
+  /** Scope of this key's pauses and learned limits inside the partition. */
+  readonly scope: string;
+  readonly levels: readonly StoreLevel[];
+  /** Pauses that hold this key's calls: the partition's own, and its scope's. */
+  readonly pauseIds: readonly string[];
+  /** The pause this key's throttled responses set. */
+  readonly ownPauseId: string;
+  queued: number;
+  learned: Map<string, { limit: number; at: number }> | undefined;
+}
+
+interface SharedCall extends HeapEntry {
+  readonly fn: () => unknown;
+  readonly cost: ScheduleOptions['cost'];
+  readonly costs: readonly number[];
+  readonly units: Readonly<Record<string, number>> | undefined;
+  readonly info: KeyInfo;
+  readonly priority: number;
+  readonly enqueuedAt: number;
+  readonly deadline: number;
+  readonly maxQueueTimeMs: number;
+  readonly signal: AbortSignal | undefined;
+  readonly inspect: ScheduleOptions['inspect'];
+  readonly priceMicros: number;
+  readonly hasUntimed: boolean;
+  onAbort: (() => void) | undefined;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+  budget: BudgetReservation | undefined;
+  reservation: StoreReservation | undefined;
+  state: 'reserving' | 'waiting' | 'retrying' | 'running' | 'done';
+  attempt: number;
+  /** The reservation's start on the store's clock (replanning order). */
+  storeStartAt: number;
+}
+
+let seq = 0;
+
+function settleValue<T>(
+  value: MaybePromise<T>,
+  onValue: (v: T) => void,
+  onError: (e: unknown) => void,
+): void {
+  if (isPromise(value)) {
+    value.then(onValue, onError);
+    return;
+  }
+  onValue(value);
+}
+
+/** Run a store write whose failure only matters as a sign the store is down. */
+function quietly(run: () => MaybePromise<unknown>, onError: (error: unknown) => void): void {
+  try {
+    const result = run();
+    if (isPromise(result)) result.catch(onError);
+  } catch (error) {
+    onError(error);
+  }
+}
+
+/**
+ * A gate whose limits, pauses and learned limits are shared by every process on the same store
+ * (Redis). Each call is reserved in the store (one round trip: the store answers the start time
+ * granted) and waits locally, under one timer for the whole gate. Create it with `createSharedGate`.
+ */
+export class SharedGate {
+  readonly onStoreDown: (listener: Listener<StoreDownEvent>) => Dispose;
+  readonly onStoreUp: (listener: Listener<StoreUpEvent>) => Dispose;
+  readonly onStart: (listener: Listener<StartEvent>) => Dispose;
+  readonly onRefused: (listener: Listener<RefusedEvent>) => Dispose;
+  readonly onPause: (listener: Listener<SharedPauseEvent>) => Dispose;
+  /** The store decisions are made in. */
+  readonly store: Store;
+
+  private readonly o: NormalizedSharedGateOptions;
+  private readonly clock: Clock;
+  private readonly adapt: AdaptOptions | false;
+  private readonly budget: SharedBudget | undefined;
+  private readonly allCores: readonly LimitCore[];
+  private readonly globalLevels: readonly StoreLevel[];
+  private readonly keyInfos = new Map<string, KeyInfo>();
+  private readonly defaultInfo: KeyInfo;
+  private readonly heap = new TimerHeap<SharedCall>();
+  private timer: unknown = undefined;
+  private timerAt = 0;
+  private readonly onTimer = () => {
+    this.timer = undefined;
+    this.fire();
+  };
+  private readonly localPauses = new Map<string, number>();
+  private readonly disposePauses: () => void;
+  private fallback: Gate | undefined = undefined;
+  private fallbackCalls = 0;
+  private up = true;
+  private downSince = 0;
+  private probeTimer: unknown = undefined;
+  private queuedTotal = 0;
+  private inFlight = 0;
+  private started = 0;
+  private closed = false;
+  private closeWaiters: (() => void)[] = [];
+
+  private readonly storeDownEvents = new Emitter<StoreDownEvent>();
+  private readonly storeUpEvents = new Emitter<StoreUpEvent>();
+  private readonly startEvents = new Emitter<StartEvent>();
+  private readonly refusedEvents = new Emitter<RefusedEvent>();
+  private readonly pauseEvents = new Emitter<SharedPauseEvent>();
+
+  constructor(options: SharedGateOptions) {
+    const o = validateSharedGateOptions(options);
+    this.o = o;
+    this.store = o.store;
+    this.clock = o.clock;
+    this.adapt = o.adapt;
+    this.budget = o.budget;
+    this.allCores = [...o.globalCores, ...o.keyCores];
+    this.globalLevels = o.globalCores.map((core, i) => ({ id: `g${i}`, spec: core.spec }));
+    this.defaultInfo = this.makeInfo(undefined);
+    this.onStoreDown = this.storeDownEvents.on;
+    this.onStoreUp = this.storeUpEvents.on;
+    this.onStart = this.startEvents.on;
+    this.onRefused = this.refusedEvents.on;
+    this.onPause = this.pauseEvents.on;
+    this.disposePauses = this.store.onPause((event) => this.heardPause(event));
+    if (o.failure === 'local') {
+      const scale = (cores: readonly LimitCore[]) => cores.map((core) => shareOf(core.spec, o.localShare));
+      this.fallback = createGate({
+        limits: scale(o.globalCores),
+        perKey: scale(o.keyCores),
+        maxQueue: o.maxQueue,
+        clock: o.clock,
+        random: o.random,
+        ...(o.adaptInput === undefined ? {} : { adapt: o.adaptInput }),
+      });
+    }
+  }
+
+  /**
+   * Run `fn` when every shared limit admits it (same options as the in-memory gate's `schedule`).
+   * Rejects with a typed error without calling `fn` when it cannot start in time, is aborted, the
+   * gate is closed, or the store is down under `fail-closed` (`StoreUnavailableError`).
+   */
+  schedule<T>(fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>> {
+    if (this.closed) return Promise.reject(new GateClosedError());
+    if (typeof fn !== 'function') return Promise.reject(invalid('fn', 'a function', fn));
+    const now = this.clock.now();
+    const o: ScheduleOptions = options ?? {};
+    try {
+      const { cost, key, inspect, signal } = o;
+      if (key !== undefined && typeof key !== 'string') throw invalid('key', 'a string', key);
+      const priority = o.priority ?? 0;
+      if (!Number.isSafeInteger(priority)) throw invalid('priority', 'an integer', priority);
+      const maxQueueTimeMs = o.maxQueueTimeMs ?? this.o.maxQueueTimeMs;
+      if (typeof maxQueueTimeMs !== 'number' || Number.isNaN(maxQueueTimeMs) || maxQueueTimeMs < 0)
+        throw invalid('maxQueueTimeMs', 'a number >= 0', maxQueueTimeMs);
+      if (signal !== undefined && (typeof signal !== 'object' || signal === null || !('aborted' in signal)))
+        throw invalid('signal', 'an AbortSignal', signal);
+      if (inspect !== undefined && typeof inspect !== 'function')
+        throw invalid('inspect', 'a function', inspect);
+      const priceMicros = o.priceMicros ?? 0;
+      if (!Number.isSafeInteger(priceMicros) || priceMicros < 0)
+        throw new InvalidCostError(
+          `Expected \`priceMicros\` to be an integer >= 0, got \`${String(priceMicros)}\``,
+        );
+      const info = key === undefined ? this.defaultInfo : this.infoFor(key);
+      const costs = this.costsFor(cost, info.levels);
+      if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));
+      if (info.queued >= this.o.maxQueue) throw new QueueFullError(this.o.maxQueue, key);
+      let resolve!: (value: unknown) => void;
+      let reject!: (error: unknown) => void;
+      const promise = new Promise<Awaited<T>>((res, rej) => {
+        resolve = res as (value: unknown) => void;
+        reject = rej;
+      });
+      const call: SharedCall = {
+        fn,
+        cost,
+        costs,
+        units: cost === undefined ? undefined : typeof cost === 'number' ? { requests: cost } : cost,
+        info,
+        priority,
+        enqueuedAt: now,
+        deadline: now + maxQueueTimeMs,
+        maxQueueTimeMs,
+        signal,
+        inspect,
+        priceMicros,
+        hasUntimed: info.levels.some((level, i) => level.spec.algorithm === 'concurrency' && costs[i] !== 0),
+        onAbort: undefined,
+        resolve,
+        reject,
+        budget: undefined,
+        reservation: undefined,
+        state: 'reserving',
+        attempt: 0,
+        storeStartAt: 0,
+        at: 0,
+        seq: seq++,
+        heapIndex: -1,
+      };
+      info.queued++;
+      this.queuedTotal++;
+      if (signal !== undefined) {
+        call.onAbort = () => this.abort(call);
+        signal.addEventListener('abort', call.onAbort, { once: true });
+      }
+      if (this.budget !== undefined) this.reserveBudget(call, priceMicros);
+      else this.submit(call);
+      return promise;
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** The gate's clock reading (for `pause` times). */
+  now(): number {
+    return this.clock.now();
+  }
+
+  /**
+   * Nothing of `key`'s partition starts before `untilMs` (gate clock), in every process sharing the
+   * store. Without a key: the default partition (and, when the gate has gate-wide limits, every key).
+   */
+  pause(untilMs: number, key?: string, reason = 'manual'): void {
+    if (typeof untilMs !== 'number' || Number.isNaN(untilMs)) throw invalid('untilMs', 'a number', untilMs);
+    const info = key === undefined ? this.defaultInfo : this.infoFor(key);
+    const gateWide = key === undefined && this.o.globalCores.length > 0;
+    this.sharedPause(info, untilMs - this.clock.now(), reason, gateWide);
+  }
+
+  /** Pause for `durationMs` from now. */
+  pauseFor(durationMs: number, key?: string, reason = 'manual'): void {
+    if (typeof durationMs !== 'number' || !(durationMs >= 0))
+      throw invalid('durationMs', 'a number >= 0', durationMs);
+    this.pause(this.clock.now() + durationMs, key, reason);
+  }
+
+  stats(): SharedGateStats {
+    return {
+      queued: this.queuedTotal,
+      inFlight: this.inFlight,
+      started: this.started,
+      storeUp: this.up,
+      failure: this.o.failure,
+      fallbackCalls: this.fallbackCalls,
+      fallback: this.fallback?.stats(),
+      closed: this.closed,
+    };
+  }
+
+  /**
+   * Refuse new calls and settle waiting ones (`'run'`: they start at their reserved times;
+   * `'reject'`: rejected with `GateClosedError` and their reservations given back). Resolves when
+   * nothing waits or runs; then closes the store if the gate opened it.
+   */
+  async close(options: { queued?: 'run' | 'reject' } = {}): Promise<void> {
+    const mode = options.queued ?? 'run';
+    if (mode !== 'run' && mode !== 'reject') throw invalid('queued', "'run' or 'reject'", mode);
+    this.closed = true;
+    if (mode === 'reject') {
+      for (const call of this.heap.entries()) this.refuse(call, new GateClosedError());
+    }
+    if (!this.settledForClose()) await new Promise<void>((resolve) => this.closeWaiters.push(resolve));
+    if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
+    if (this.probeTimer !== undefined) this.clock.clearTimeout(this.probeTimer);
+    this.disposePauses();
+    await this.fallback?.close();
+    if (this.o.ownsStore) await this.store.close();
+  }
+
+  // --- partitions --------------------------------------------------------------------------------
+
+  private makeInfo(key: string | undefined): KeyInfo {
+    const name = key ?? DEFAULT_KEY;
+    // With gate-wide limits every call must check them atomically with its key's limits: all keys
+    // share one store partition (one Redis hash slot) and keys are scopes inside it. Without them,
+    // each key is its own partition, so keys spread over a Redis Cluster.
+    const gateWide = this.o.globalCores.length > 0;
+    const partition = gateWide ? GATE_PARTITION : name;
+    const scope = gateWide ? name : '';
+    const keyLevels = this.o.keyCores.map((core, i) => ({
+      id: gateWide ? `k${i}:${name}` : `k${i}`,
+      spec: core.spec,
+    }));
+    const pauseIds = [this.store.pauseId(partition, '')];
+    if (scope !== '') pauseIds.push(this.store.pauseId(partition, scope));
+    return {
+      key,
+      partition,
+      scope,
+      levels: [...this.globalLevels, ...keyLevels],
+      pauseIds,
+      ownPauseId: this.store.pauseId(partition, scope),
+      queued: 0,
+      learned: undefined,
+    };
+  }
+
+  private infoFor(key: string): KeyInfo {
+    let info = this.keyInfos.get(key);
+    if (info === undefined) {
+      if (this.keyInfos.size >= 10_000) this.sweepInfos();
+      info = this.makeInfo(key);
+      this.keyInfos.set(key, info);
+    }
+    return info;
+  }
+
+  /** Drop keys with nothing waiting (their state lives in the store). */
+  private sweepInfos(): void {
+    for (const [key, info] of this.keyInfos) if (info.queued === 0) this.keyInfos.delete(key);
+  }
+
+  private costsFor(cost: unknown, levels: readonly StoreLevel[]): number[] {
+    if (cost !== undefined) {
+      if (typeof cost === 'number') {
+        if (!Number.isFinite(cost) || cost < 0)
+          throw new InvalidCostError(`Expected \`cost\` to be a finite number >= 0, got \`${cost}\``);
+      } else if (typeof cost !== 'object' || cost === null || Array.isArray(cost)) {
+        throw new InvalidCostError(
+          `Expected \`cost\` to be a number or a record of units, got \`${String(cost)}\``,
+        );
+      } else {
+        for (const [unit, value] of Object.entries(cost)) {
+          if (typeof value !== 'number' || !Number.isFinite(value) || value < 0)
+            throw new InvalidCostError(
+              `Expected \`cost.${unit}\` to be a finite number >= 0, got \`${String(value)}\``,
+              unit,
+            );
+        }
+      }
+    }
+    const units =
+      cost === undefined
+        ? undefined
+        : typeof cost === 'number'
+          ? { requests: cost }
+          : (cost as Record<string, number>);
+    return levels.map((level) => {
+      const units_ = unitCost(units, level.spec.unit);
+      const capacity = level.spec.algorithm === 'token-bucket' ? level.spec.burst : level.spec.limit;
+      if (units_ > capacity) {
+        throw new InvalidCostError(
+          `Cost ${units_} ${level.spec.unit} exceeds what the ${level.spec.algorithm} limit can ever admit (${capacity})`,
+          level.spec.unit,
+        );
+      }
+      return units_;
+    });
+  }
+
+  // --- the way of one call -------------------------------------------------------------------------
+
+  private reserveBudget(call: SharedCall, priceMicros: number): void {
+    let decision: ReturnType<SharedBudget['tryReserve']>;
+    try {
+      decision = this.budget!.tryReserve(priceMicros, call.info.key);
+    } catch (error) {
+      this.refuse(call, error as Error & { code: string });
+      return;
+    }
+    settleValue(
+      decision,
+      (d) => {
+        if (!d.ok) {
+          this.refuse(call, new BudgetExceededError(d));
+          return;
+        }
+        call.budget = d.reservation;
+        if (call.state === 'done') {
+          this.releaseBudget(call);
+          return;
+        }
+        this.submit(call);
+      },
+      (error) => this.refuse(call, toTollgate(error)),
+    );
+  }
+
+  /** Reserve in the store, or apply the failure policy when it is down. */
+  private submit(call: SharedCall): void {
+    if (call.state === 'done') return;
+    if (!this.up) {
+      this.failover(call, undefined);
+      return;
+    }
+    call.state = 'reserving';
+    const now = this.clock.now();
+    let decision: MaybePromise<StoreDecision>;
+    try {
+      decision = this.store.reserve(call.info.partition, call.info.levels, call.costs, call.deadline - now, {
+        scope: call.info.scope,
+        ...(call.units === undefined ? {} : { units: call.units }),
+      });
+    } catch (error) {
+      this.storeFailed(error);
+      this.failover(call, error);
+      return;
+    }
+    settleValue(
+      decision,
+      (d) => this.decided(call, d),
+      (error) => {
+        this.storeFailed(error);
+        if (call.state === 'reserving') this.failover(call, error);
+      },
+    );
+  }
+
+  private decided(call: SharedCall, d: StoreDecision): void {
+    if (call.state !== 'reserving') {
+      // Aborted or closed while the store decided: give the reservation back.
+      if (d.ok) this.giveBack(d);
+      return;
+    }
+    const now = this.clock.now();
+    if (!d.ok) {
+      if (d.reason === 'concurrency') {
+        if (now >= call.deadline) {
+          this.refuse(call, this.deadlineError(call, Infinity, false));
+          return;
+        }
+        // Permits are held by calls in other processes: ask again shortly (or at the deadline).
+        call.state = 'retrying';
+        this.enqueueAt(call, Math.min(now + this.o.concurrencyRetryMs, call.deadline));
+        return;
+      }
+      if (d.reason === 'capacity') {
+        this.refuse(call, new InvalidCostError('Cost exceeds what a shared limit can ever admit'));
+        return;
+      }
+      // The store's wait is from its now; the deadline counts from enqueueing.
+      this.refuse(call, this.deadlineError(call, now + d.retryAfterMs, call.attempt === 0));
+      return;
+    }
+    call.reservation = d;
+    call.storeStartAt = d.startAt;
+    // Store time to gate time with this answer's own clock reading: the answer arrives after the
+    // store decided, so the local start errs late, never early.
+    const localStart = now + (d.startAt - d.serverNow);
+    if (localStart < this.pausedUntil(call.info, now) - PAUSE_SLACK_MS) {
+      // A pause this reservation did not see yet (heard while it was in flight): plan again.
+      this.giveBack(d);
+      call.reservation = undefined;
+      this.submit(call);
+      return;
+    }
+    if (localStart <= now) {
+      this.start(call, now);
+      return;
+    }
+    call.state = 'waiting';
+    this.enqueueAt(call, localStart);
+  }
+
+  private enqueueAt(call: SharedCall, at: number): void {
+    call.at = at;
+    this.heap.push(call);
+    this.arm();
+  }
+
+  private arm(): void {
+    const head = this.heap.peek();
+    if (head === undefined) {
+      if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
+      this.timer = undefined;
+      return;
+    }
+    if (this.timer !== undefined) {
+      if (this.timerAt === head.at) return;
+      this.clock.clearTimeout(this.timer);
+    }
+    this.timerAt = head.at;
+    // Node truncates fractional delays; round up so a call never starts before its reserved time.
+    this.timer = this.clock.setTimeout(this.onTimer, Math.max(0, Math.ceil(head.at - this.clock.now())));
+  }
+
+  private fire(): void {
+    const now = this.clock.now();
+    for (;;) {
+      const head = this.heap.peek();
+      if (head === undefined || head.at > now) break;
+      this.heap.pop();
+      if (head.state === 'waiting') this.start(head, now);
+      else if (head.state === 'retrying') {
+        if (now >= head.deadline) this.refuse(head, this.deadlineError(head, Infinity, false));
+        else this.submit(head);
+      }
+    }
+    this.arm();
+  }
+
+  private start(call: SharedCall, now: number): void {
+    call.state = 'running';
+    this.dequeued(call);
+    if (this.startEvents.listeners)
+      this.startEvents.emit({ key: call.info.key, waitedMs: now - call.enqueuedAt });
+    this.run(call);
+  }
+
+  /** The call left the local queue (started or refused). */
+  private dequeued(call: SharedCall): void {
+    call.info.queued--;
+    this.queuedTotal--;
+    if (call.onAbort !== undefined) call.signal!.removeEventListener('abort', call.onAbort);
+  }
+
+  private run(call: SharedCall): void {
+    this.started++;
+    this.inFlight++;
+    call.attempt++;
+    let result: Promise<unknown>;
+    try {
+      result = Promise.resolve(call.fn());
+    } catch (error) {
+      result = Promise.reject(error);
+    }
+    result.then(
+      (value) => {
+        this.released(call);
+        this.completed(call, value);
+      },
+      (error: unknown) => {
+        this.released(call);
+        // The request may have reached the provider: charge the estimate (never under-count).
+        this.settleBudget(call, call.priceMicros);
+        this.settle(call, error, false);
+      },
+    );
+  }
+
+  /** The call finished: give back its concurrency permits. */
+  private released(call: SharedCall): void {
+    this.inFlight--;
+    const reservation = call.reservation;
+    if (call.hasUntimed && reservation !== undefined) {
+      quietly(
+        () => this.store.refund(reservation, 'untimed'),
+        (error) => this.storeFailed(error),
+      );
+    }
+  }
+
+  private completed(call: SharedCall, value: unknown): void {
+    let inspection: Inspection | undefined | Promise<Inspection | undefined>;
+    try {
+      inspection = call.inspect?.(value as never);
+    } catch {
+      inspection = undefined;
+    }
+    if (isPromise(inspection)) {
+      inspection.then(
+        (result) => this.afterInspection(call, value, result),
+        () => this.afterInspection(call, value, undefined),
+      );
+    } else {
+      this.afterInspection(call, value, inspection);
+    }
+  }
+
+  private afterInspection(call: SharedCall, value: unknown, inspection: Inspection | undefined): void {
+    const adapt = this.adapt;
+    if (
+      inspection === undefined ||
+      typeof inspection !== 'object' ||
+      typeof inspection.status !== 'number' ||
+      adapt === false
+    ) {
+      this.settleBudget(call, inspection?.actualPriceMicros ?? call.priceMicros);
+      this.settle(call, value, true);
+      return;
+    }
+    const now = this.clock.now();
+    let observation: RateLimitObservation;
+    try {
+      observation = parseRateLimitHeaders(inspection.status, inspection.headers, {
+        now,
+        body: inspection.body,
+      });
+    } catch {
+      observation = { policies: [] };
+    }
+    this.learnFrom(call.info, observation, inspection.status, now);
+    const verdict = verdictFor(
+      {
+        status: inspection.status,
+        method: inspection.method,
+        observation,
+        attempt: call.attempt,
+        retryable: inspection.retryable !== false && !this.closed,
+      },
+      adapt,
+      now,
+      this.o.random,
+    );
+    if (verdict.kind === 'done') {
+      this.settleBudget(call, inspection.actualPriceMicros ?? call.priceMicros);
+      this.settle(call, value, true);
+      return;
+    }
+    try {
+      inspection.discard?.();
+    } catch {
+      // Releasing a response we drop anyway must not fail the call.
+    }
+    const reason = observation.retryAfterMs !== undefined ? 'retry-after' : 'backoff';
+    // Every process holds back: the pause is written to the store before the retry is reserved.
+    this.sharedPause(call.info, verdict.pauseUntil - now, reason, false);
+    if (verdict.kind === 'retry' && verdict.pauseUntil <= call.deadline) {
+      this.requeue(call);
+      return;
+    }
+    // A throttled response was not processed: charge only what the provider said it charged.
+    this.settleBudget(call, inspection.actualPriceMicros ?? 0);
+    const retryAt = verdict.kind === 'refuse' ? verdict.retryAt : verdict.pauseUntil;
+    this.settle(
+      call,
+      new RateLimitedError(
+        verdict.kind === 'refuse' && verdict.reason === 'retry-after-cap'
+          ? `Provider asked to wait ${verdict.delayMs} ms, more than maxRetryAfterMs ${adapt.maxRetryAfterMs}`
+          : verdict.kind === 'refuse'
+            ? `Rate limited after ${call.attempt} attempt(s)`
+            : `Rate limited; the retry could not start within maxQueueTimeMs ${call.maxQueueTimeMs}`,
+        { retryAt, retryAfterMs: verdict.delayMs, attempts: call.attempt, status: inspection.status },
+      ),
+      false,
+    );
+  }
+
+  /** A throttled call goes back to reserve again (it pays quota again, after the pause). */
+  private requeue(call: SharedCall): void {
+    if (call.signal?.aborted) {
+      this.settleBudget(call, 0);
+      this.settle(call, new AbortedError(call.signal.reason), false);
+      return;
+    }
+    call.state = 'reserving';
+    call.reservation = undefined;
+    call.info.queued++;
+    this.queuedTotal++;
+    if (call.onAbort !== undefined) call.signal!.addEventListener('abort', call.onAbort, { once: true });
+    this.submit(call);
+  }
+
+  /** What a response says about the partition's shared limits: learned limits and exhausted quotas. */
+  private learnFrom(info: KeyInfo, observation: RateLimitObservation, status: number, now: number): void {
+    const adapt = this.adapt as AdaptOptions;
+    if (adapt.learn) {
+      for (const policy of observation.policies) {
+        const spec = learnedSpec(policy);
+        if (spec === undefined || this.allCores.some((core) => isAtLeastAsTight(core, spec))) continue;
+        const id = `${spec.unit}|${spec.intervalMs}`;
+        info.learned ??= new Map();
+        const last = info.learned.get(id);
+        if (last !== undefined && last.limit === spec.limit && now - last.at < LEARN_REFRESH_MS) continue;
+        info.learned.set(id, { limit: spec.limit, at: now });
+        // What the provider counts as used in its window is seeded into the shared limit.
+        const seedUnits = spec.limit - (policy.remaining ?? spec.limit);
+        quietly(
+          () => this.store.learn(info.partition, spec, { scope: info.scope, seedUnits }),
+          (error) => this.storeFailed(error),
+        );
+      }
+    }
+    // A request quota at zero pauses everyone until its reset, before any 429 (a 429 pauses anyway).
+    const throttled = status === 429 || observation.throttled === true;
+    if (!throttled) {
+      const binding = bindingFor(observation, 'requests');
+      if (binding?.remaining === 0 && binding.resetMs !== undefined && binding.resetMs > 0)
+        this.sharedPause(info, binding.resetMs, 'remaining-0', false);
+    }
+  }
+
+  // --- pauses --------------------------------------------------------------------------------------
+
+  private pausedUntil(info: KeyInfo, now: number): number {
+    let until = 0;
+    for (const id of info.pauseIds) {
+      const value = this.localPauses.get(id);
+      if (value === undefined) continue;
+      if (value <= now) this.localPauses.delete(id);
+      else if (value > until) until = value;
+    }
+    return until;
+  }
+
+  /** Write a pause to the store (for every process) and apply it here at once. */
+  private sharedPause(info: KeyInfo, durationMs: number, reason: string, gateWide: boolean): void {
+    if (!(durationMs > 0)) return;
+    const now = this.clock.now();
+    const scope = gateWide ? '' : info.scope;
+    const pauseId = gateWide ? this.store.pauseId(info.partition, '') : info.ownPauseId;
+    // Sent before any re-reservation below, on the same connection: Redis applies it first.
+    quietly(
+      () => this.store.pauseFor(info.partition, durationMs, scope),
+      (error) => this.storeFailed(error),
+    );
+    this.applyPause(pauseId, now + durationMs, reason, gateWide ? undefined : info.key);
+  }
+
+  /** A pause set by any process (our own included, echoed by the store). */
+  private heardPause(event: StorePauseEvent): void {
+    const now = this.clock.now();
+    // Store time to gate time with the clock reading of the same message (the message is late, so
+    // the local end errs late: never a start inside the pause).
+    this.applyPause(event.pauseId, now + (event.untilMs - event.serverNow), 'shared', undefined);
+  }
+
+  /** Hold every waiting call the pause covers: give back its reservation and reserve again after it. */
+  private applyPause(pauseId: string, untilLocal: number, reason: string, key: string | undefined): void {
+    if ((this.localPauses.get(pauseId) ?? 0) >= untilLocal - PAUSE_SLACK_MS) return;
+    this.localPauses.set(pauseId, untilLocal);
+    const held = this.heap
+      .entries()
+      .filter(
+        (c) =>
+          c.state === 'waiting' && c.info.pauseIds.includes(pauseId) && c.at < untilLocal - PAUSE_SLACK_MS,
+      );
+    if (this.pauseEvents.listeners || held.length > 0) {
+      const owner = held[0]?.info.key ?? key;
+      this.pauseEvents.emit({ key: owner, untilMs: untilLocal, reason });
+    }
+    if (held.length === 0) return;
+    // Latest reservations first: each refund is then of its level's latest take (exact for buckets).
+    held.sort((a, b) => b.storeStartAt - a.storeStartAt);
+    for (const call of held) {
+      this.heap.remove(call);
+      if (call.reservation !== undefined) this.giveBack(call.reservation);
+      call.reservation = undefined;
+    }
+    this.arm();
+    for (let i = held.length - 1; i >= 0; i--) {
+      const call = held[i]!;
+      if (untilLocal > call.deadline) {
+        this.refuse(call, this.deadlineError(call, untilLocal, false));
+        continue;
+      }
+      this.submit(call);
+    }
+  }
+
+  // --- store failures --------------------------------------------------------------------------------
+
+  private storeFailed(error: unknown): void {
+    if (!this.up || this.closed) return;
+    this.up = false;
+    this.downSince = this.clock.now();
+    this.storeDownEvents.emit({ error, policy: this.o.failure });
+    this.probe();
+  }
+
+  private probe(): void {
+    if (this.closed) return;
+    this.probeTimer = this.clock.setTimeout(() => {
+      this.probeTimer = undefined;
+      let answer: MaybePromise<number>;
+      try {
+        answer = this.store.time();
+      } catch {
+        this.probe();
+        return;
+      }
+      settleValue(
+        answer,
+        () => {
+          if (this.up || this.closed) return;
+          this.up = true;
+          this.storeUpEvents.emit({ downForMs: this.clock.now() - this.downSince });
+        },
+        () => this.probe(),
+      );
+    }, this.o.recoveryProbeMs);
+  }
+
+  /** The store is down (or failed this call): apply the failure policy. */
+  private failover(call: SharedCall, error: unknown): void {
+    const policy = this.o.failure;
+    if (policy === 'fail-closed') {
+      this.refuse(
+        call,
+        error instanceof StoreUnavailableError
+          ? error
+          : new StoreUnavailableError('The shared store is unavailable (failure policy fail-closed)', {
+              cause: error,
+            }),
+      );
+      return;
+    }
+    if (policy === 'fail-open') {
+      call.state = 'running';
+      this.dequeued(call);
+      this.run(call);
+      return;
+    }
+    this.toFallback(call);
+  }
+
+  /** `local`: the call goes through the in-memory gate holding `localShare` of the quota. */
+  private toFallback(call: SharedCall): void {
+    call.state = 'running';
+    this.dequeued(call);
+    this.fallbackCalls++;
+    this.started++;
+    this.inFlight++;
+    let sent = false;
+    let seen: Inspection | undefined;
+    const fn = () => {
+      sent = true;
+      return call.fn();
+    };
+    const inspect = call.inspect;
+    const options: ScheduleOptions = {
+      priority: call.priority,
+      maxQueueTimeMs: Math.max(0, call.deadline - this.clock.now()),
+      ...(call.info.key === undefined ? {} : { key: call.info.key }),
+      ...(call.cost === undefined ? {} : { cost: call.cost }),
+      ...(call.signal === undefined ? {} : { signal: call.signal }),
+      ...(inspect === undefined
+        ? {}
+        : {
+            inspect: (value: never) => {
+              const result = inspect(value);
+              if (isPromise(result))
+                return result.then((r) => {
+                  seen = r;
+                  return r;
+                });
+              seen = result;
+              return result;
+            },
+          }),
+    };
+    this.fallback!.schedule(fn, options).then(
+      (value) => {
+        this.inFlight--;
+        this.settleBudget(call, seen?.actualPriceMicros ?? call.priceMicros);
+        this.settle(call, value, true);
+      },
+      (error: unknown) => {
+        this.inFlight--;
+        const rateLimited = error instanceof RateLimitedError;
+        if (!sent) this.releaseBudget(call);
+        else this.settleBudget(call, rateLimited ? (seen?.actualPriceMicros ?? 0) : call.priceMicros);
+        this.settle(call, error, false);
+      },
+    );
+  }
+
+  // --- settling --------------------------------------------------------------------------------------
+
+  private abort(call: SharedCall): void {
+    if (call.state === 'running' || call.state === 'done') return;
+    this.refuse(call, new AbortedError(call.signal!.reason));
+  }
+
+  /** Reject a call that has not started: free its place, its reservation and its budget. */
+  private refuse(call: SharedCall, error: Error & { code?: string }): void {
+    if (call.state === 'running' || call.state === 'done') return;
+    if (call.heapIndex >= 0) {
+      this.heap.remove(call);
+      this.arm();
+    }
+    if (call.reservation !== undefined) this.giveBack(call.reservation);
+    call.reservation = undefined;
+    this.dequeued(call);
+    this.releaseBudget(call);
+    call.state = 'done';
+    call.reject(error);
+    this.refusedEvents.emit({ key: call.info.key, error: toTollgate(error) });
+    this.maybeClosed();
+  }
+
+  private settle(call: SharedCall, outcome: unknown, ok: boolean): void {
+    call.state = 'done';
+    if (ok) call.resolve(outcome);
+    else call.reject(outcome);
+    this.maybeClosed();
+  }
+
+  private giveBack(reservation: StoreReservation): void {
+    quietly(
+      () => this.store.refund(reservation),
+      (error) => this.storeFailed(error),
+    );
+  }
+
+  private releaseBudget(call: SharedCall): void {
+    const reservation = call.budget;
+    if (reservation === undefined) return;
+    call.budget = undefined;
+    quietly(
+      () => this.budget!.release(reservation),
+      () => {},
+    );
+  }
+
+  private settleBudget(call: SharedCall, actualMicros: number): void {
+    const reservation = call.budget;
+    if (reservation === undefined) return;
+    call.budget = undefined;
+    const budget = this.budget!;
+    quietly(
+      () => {
+        try {
+          return budget.settle(reservation, actualMicros);
+        } catch {
+          // An invalid actual price must not lose the result: keep the estimate, as reserved.
+          return budget.settle(reservation, reservation.estimateMicros);
+        }
+      },
+      () => {
+        // An unreachable ledger keeps the reservation, which counts at its estimate when it expires.
+      },
+    );
+  }
+
+  private deadlineError(call: SharedCall, startAt: number, predicted: boolean): Error & { code: string } {
+    if (call.attempt > 0) {
+      return new RateLimitedError(
+        `Call was rate limited and cannot be retried within maxQueueTimeMs ${call.maxQueueTimeMs}`,
+        { retryAt: startAt, attempts: call.attempt },
+      );
+    }
+    return new QueueTimeoutError(startAt - call.enqueuedAt, call.maxQueueTimeMs, predicted);
+  }
+
+  private settledForClose(): boolean {
+    return this.queuedTotal === 0 && this.inFlight === 0;
+  }
+
+  private maybeClosed(): void {
+    if (this.closeWaiters.length > 0 && this.settledForClose()) {
+      const waiters = this.closeWaiters;
+      this.closeWaiters = [];
+      for (const resolve of waiters) resolve();
+    }
+  }
+}
+
+function toTollgate(error: unknown): Error & { code: string } {
+  if (error instanceof TollgateError) return error;
+  return new StoreUnavailableError(error instanceof Error ? error.message : String(error), { cause: error });
+}
+
+/**
+ * Create a gate shared through Redis (or any `Store`). Options are validated here; an invalid one
+ * throws `InvalidOptionError` naming it.
+ *
+ * @example
+ * const gate = createSharedGate({ redis: 'redis://127.0.0.1:6379', limits: [windowSafe(60, 1000)] });
+ * await gate.schedule(() => fetch(url));
+ */
+export function createSharedGate(options: SharedGateOptions): SharedGate {
+  return new SharedGate(options);
+}

@@ -1,0 +1,272 @@
+/**
+ * The shared gate's behaviour, first on a MemoryStore with a manual clock (deterministic: two gates
+ * on one store play two processes), then on the real Redis (two gates, two connections).
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { AbortedError, QueueTimeoutError, StoreUnavailableError } from '../../src/errors.js';
+import type { Inspection } from '../../src/gate/gate.js';
+import { MemoryStore } from '../../src/redis/memory-store.js';
+import { createSharedGate, type SharedGate } from '../../src/redis/shared-gate.js';
+import { ManualClock } from '../helpers/manual-clock.js';
+import { REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
+
+const T0 = Date.parse('2026-11-30T12:00:00Z');
+const flush = async () => {
+  for (let i = 0; i < 5; i++) await new Promise<void>((resolve) => setImmediate(resolve));
+};
+const ok = (headers: Record<string, string> = {}): Inspection => ({ status: 200, headers });
+
+function setup() {
+  const clock = new ManualClock(T0);
+  const store = new MemoryStore({ clock });
+  const gate = (extra: Record<string, unknown> = {}) =>
+    createSharedGate({
+      store,
+      clock,
+      limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+      ...extra,
+    });
+  return { clock, store, gate };
+}
+
+describe('shared gate on a memory store', () => {
+  it('two gates on one store interleave their starts on the shared limit', async () => {
+    const { clock, gate } = setup();
+    const a = gate();
+    const b = gate();
+    const starts: [string, number][] = [];
+    const calls = [];
+    for (let i = 0; i < 3; i++) {
+      calls.push(a.schedule(() => starts.push(['a', clock.now() - T0])));
+      calls.push(b.schedule(() => starts.push(['b', clock.now() - T0])));
+    }
+    await flush();
+    clock.advance(1000);
+    await Promise.all(calls);
+    // One start per 100 ms whichever gate asked: the quota is shared.
+    expect(starts).toEqual([
+      ['a', 0],
+      ['b', 100],
+      ['a', 200],
+      ['b', 300],
+      ['a', 400],
+      ['b', 500],
+    ]);
+    expect(a.stats()).toMatchObject({ queued: 0, inFlight: 0, started: 3, storeUp: true });
+  });
+
+  it('refuses at once a call whose reserved start is past its deadline, and reserves nothing', async () => {
+    const { clock, gate } = setup();
+    const a = gate({ maxQueueTimeMs: 250 });
+    const calls = [0, 1, 2].map(() => a.schedule(() => clock.now() - T0));
+    const late = a.schedule(() => 'late');
+    await expect(late).rejects.toBeInstanceOf(QueueTimeoutError);
+    await expect(late).rejects.toMatchObject({ predicted: true, predictedWaitMs: 300 });
+    const next = a.schedule(() => clock.now() - T0, { maxQueueTimeMs: 1000 });
+    clock.advance(1000);
+    expect(await Promise.all([...calls, next])).toEqual([0, 100, 200, 300]);
+  });
+
+  it('an abort while waiting rejects at once and gives the slot to the next call', async () => {
+    const { clock, gate } = setup();
+    const a = gate();
+    const controller = new AbortController();
+    const first = a.schedule(() => clock.now() - T0);
+    const second = a.schedule(() => clock.now() - T0, { signal: controller.signal });
+    await flush();
+    controller.abort('changed my mind');
+    await expect(second).rejects.toBeInstanceOf(AbortedError);
+    const third = a.schedule(() => clock.now() - T0);
+    clock.advance(500);
+    expect([await first, await third]).toEqual([0, 100]);
+  });
+
+  it('a 429 seen by one gate pauses the waiting calls of the other, which reserve again after it', async () => {
+    const { clock, gate } = setup();
+    const a = gate();
+    const b = gate();
+    const sent: [string, number][] = [];
+    let throttled = false;
+    const throttledOnce = async () => {
+      sent.push(['a', clock.now() - T0]);
+      if (!throttled) {
+        throttled = true;
+        return { status: 429, headers: { 'retry-after': '2' } };
+      }
+      return { status: 200, headers: {} };
+    };
+    const aCall = a.schedule(throttledOnce, { inspect: (r: Inspection) => r });
+    const bCalls = [1, 2].map(() => b.schedule(() => sent.push(['b', clock.now() - T0])));
+    await flush();
+    expect(sent).toEqual([['a', 0]]);
+    clock.advance(1_900);
+    await flush();
+    // Nothing started during the pause, in either gate.
+    expect(sent).toEqual([['a', 0]]);
+    clock.advance(1_000);
+    await flush();
+    expect((await aCall).status).toBe(200);
+    await Promise.all(bCalls);
+    const after = sent.slice(1).map(([, at]) => at);
+    expect(Math.min(...after)).toBeGreaterThanOrEqual(2000);
+    // Still spaced by the shared limit after the pause.
+    const sorted = [...after].sort((x, y) => x - y);
+    for (let i = 1; i < sorted.length; i++) expect(sorted[i]! - sorted[i - 1]!).toBeGreaterThanOrEqual(100);
+  });
+
+  it('limits learned from one gate’s responses hold the other gate too', async () => {
+    const { clock, gate } = setup();
+    const a = gate({ limits: [] });
+    const b = gate({ limits: [] });
+    await a.schedule(async () => ok({ 'ratelimit-policy': '"p";q=2;w=60', ratelimit: '"p";r=1;t=60' }), {
+      inspect: (r: Inspection) => r,
+    });
+    // Learned: 2 per minute, 1 already used. One more now, the next a minute later.
+    const starts: number[] = [];
+    const calls = [1, 2].map(() =>
+      b.schedule(() => starts.push(clock.now() - T0), { maxQueueTimeMs: 120_000 }),
+    );
+    await flush();
+    clock.advance(61_000);
+    await Promise.all(calls);
+    expect(starts[0]).toBe(0);
+    expect(starts[1]).toBeGreaterThanOrEqual(60_000);
+  });
+
+  it('a concurrency limit held by another gate is retried until a permit comes back', async () => {
+    const { clock, gate } = setup();
+    const limits = [{ algorithm: 'concurrency', limit: 1 }];
+    const a = gate({ limits, concurrencyRetryMs: 10 });
+    const b = gate({ limits, concurrencyRetryMs: 10 });
+    let release!: () => void;
+    const holding = a.schedule(() => new Promise<void>((resolve) => (release = resolve)));
+    await flush();
+    let ran = false;
+    const waiting = b.schedule(() => {
+      ran = true;
+    });
+    await flush();
+    clock.advance(50);
+    await flush();
+    expect(ran).toBe(false);
+    release();
+    await holding;
+    clock.advance(20);
+    await flush();
+    await waiting;
+    expect(ran).toBe(true);
+  });
+
+  it('fail-closed rejects with StoreUnavailableError while the store fails, and recovers by itself', async () => {
+    const { clock, store } = setup();
+    let broken = true;
+    const flaky = Object.create(store) as MemoryStore;
+    flaky.reserve = (...args: Parameters<MemoryStore['reserve']>) => {
+      if (broken) throw new StoreUnavailableError('down');
+      return store.reserve(...args);
+    };
+    flaky.time = () => {
+      if (broken) throw new StoreUnavailableError('down');
+      return store.time();
+    };
+    const gate = createSharedGate({ store: flaky, clock, failure: 'fail-closed', recoveryProbeMs: 100 });
+    const events: string[] = [];
+    gate.onStoreDown((e) => events.push(`down ${e.policy}`));
+    gate.onStoreUp(() => events.push('up'));
+    await expect(gate.schedule(() => 1)).rejects.toBeInstanceOf(StoreUnavailableError);
+    await expect(gate.schedule(() => 1)).rejects.toBeInstanceOf(StoreUnavailableError);
+    broken = false;
+    clock.advance(100);
+    await flush();
+    expect(await gate.schedule(() => 2)).toBe(2);
+    expect(events).toEqual(['down fail-closed', 'up']);
+  });
+
+  it('local failure policy: the fallback gate holds localShare of the quota', async () => {
+    const { clock, store } = setup();
+    const flaky = Object.create(store) as MemoryStore;
+    flaky.reserve = () => {
+      throw new StoreUnavailableError('down');
+    };
+    flaky.time = flaky.reserve as never;
+    const gate = createSharedGate({
+      store: flaky,
+      clock,
+      limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+      localShare: 0.5,
+    });
+    const starts: number[] = [];
+    const calls = [0, 1, 2].map(() => gate.schedule(() => starts.push(clock.now() - T0)));
+    await flush();
+    clock.advance(1000);
+    await Promise.all(calls);
+    // 5 per second locally: 200 ms apart.
+    expect(starts).toEqual([0, 200, 400]);
+    expect(gate.stats()).toMatchObject({ storeUp: false, fallbackCalls: 3 });
+  });
+});
+
+const skip = await redisSkipReason();
+if (skip) console.log(`[shared gate on Redis] skipped (${skip})`);
+
+describe.skipIf(skip !== false)('shared gate on Redis', () => {
+  const gates: SharedGate[] = [];
+  afterAll(async () => {
+    for (const g of gates) await g.close();
+  });
+  const keyPrefix = `tollgate-shared-${process.pid}-${Date.now()}`;
+
+  it('two gates (two connections) never exceed the shared leaky bucket together', async () => {
+    const make = () => {
+      const g = createSharedGate({
+        redis: REDIS_URL,
+        keyPrefix,
+        limits: [{ algorithm: 'leaky-bucket', limit: 100, intervalMs: 1000 }],
+      });
+      gates.push(g);
+      return g;
+    };
+    const a = make();
+    const b = make();
+    const starts: number[] = [];
+    const stamp = () => starts.push(performance.now());
+    const t0 = performance.now();
+    await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).schedule(stamp)));
+    const elapsed = performance.now() - t0;
+    starts.sort((x, y) => x - y);
+    // 40 calls at 10 ms spacing: at least 390 ms, and not much more.
+    expect(starts.at(-1)! - starts[0]!).toBeGreaterThanOrEqual(385);
+    expect(elapsed).toBeLessThan(1500);
+    let minGap = Infinity;
+    for (let i = 1; i < starts.length; i++) minGap = Math.min(minGap, starts[i]! - starts[i - 1]!);
+    console.log(
+      `[shared gate on Redis] 40 calls over ${elapsed.toFixed(0)} ms, min gap ${minGap.toFixed(2)} ms`,
+    );
+  });
+
+  it('a pause from one gate reaches the other through the store', async () => {
+    const make = () => {
+      const g = createSharedGate({
+        redis: REDIS_URL,
+        keyPrefix,
+        perKey: [{ algorithm: 'leaky-bucket', limit: 20, intervalMs: 1000 }],
+      });
+      gates.push(g);
+      return g;
+    };
+    const a = make();
+    const b = make();
+    const heard: number[] = [];
+    b.onPause((e) => heard.push(e.untilMs));
+    // Let b's subscription settle.
+    await b.schedule(() => {}, { key: 'k' });
+    await new Promise((r) => setTimeout(r, 100));
+    const waiting = Array.from({ length: 5 }, () => b.schedule(() => performance.now(), { key: 'k' }));
+    await new Promise((r) => setTimeout(r, 20));
+    const pausedAt = performance.now();
+    a.pauseFor(400, 'k');
+    const starts = await Promise.all(waiting);
+    for (const s of starts.slice(1)) expect(s - pausedAt).toBeGreaterThanOrEqual(395);
+    expect(heard.length).toBeGreaterThan(0);
+  });
+});
