@@ -1,0 +1,43 @@
+/**
+ * The asynchronous twin of `Ledger` (src/budget/ledger.ts): the same operations, the same results,
+ * answered with promises, for ledgers behind a network (Redis). A synchronous `Ledger` is an
+ * `AsyncLedger` through `asyncLedger(ledger)`, so one contract suite checks both.
+ */
+import type {
+  Ledger,
+  LedgerEntry,
+  LedgerReserveResult,
+  LedgerSettleResult,
+  LedgerWindow,
+} from '../budget/ledger.js';
+
+export interface AsyncLedger {
+  /** As `Ledger.reserve`: all budgets or none, atomically across processes; durable once resolved. */
+  reserve(entries: readonly LedgerEntry[], now: number): Promise<LedgerReserveResult>;
+  settle(reservationId: string, actualMicros: number, now: number): Promise<LedgerSettleResult>;
+  release(reservationId: string, now: number): Promise<LedgerSettleResult>;
+  snapshot(now: number): Promise<LedgerWindow[]>;
+  reset(budgetId?: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** A synchronous ledger (memory, file) seen through the asynchronous interface. */
+export function asyncLedger(ledger: Ledger): AsyncLedger {
+  const wrap =
+    <A extends unknown[], R>(fn: (...args: A) => R) =>
+    (...args: A): Promise<R> => {
+      try {
+        return Promise.resolve(fn(...args));
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    };
+  return {
+    reserve: wrap((entries: readonly LedgerEntry[], now: number) => ledger.reserve(entries, now)),
+    settle: wrap((id: string, actual: number, now: number) => ledger.settle(id, actual, now)),
+    release: wrap((id: string, now: number) => ledger.release(id, now)),
+    snapshot: wrap((now: number) => ledger.snapshot(now)),
+    reset: wrap((budgetId?: string) => ledger.reset(budgetId)),
+    close: wrap(() => ledger.close()),
+  };
+}

@@ -1,0 +1,314 @@
+/**
+ * The Lua scripts of the Redis budget ledger, one per operation. They implement the rules of
+ * `src/budget/budget.ts` (the memory ledger's pure accounting) over Redis hashes, on the caller's
+ * clock (`now` is an argument, as in the `Ledger` interface): admission `estimate <= limit - spent -
+ * reserved` checked on every budget and committed on all or none, holds that count at their estimate
+ * past `expiresAt` and are never dropped before their window ends (rolling: before they leave it).
+ *
+ * All keys of one ledger share the hash tag in KEYS[1] (`{<prefix>:ledger}`), so a reservation on
+ * several budgets is one atomic script, in one Redis Cluster slot. Under it, per window id
+ * (`<h(budgetId)>:<start>:<end>`):
+ *   :w:<wid>   hash  id bid ws we rm s r l    (budget id, its hash, window, rolling ms, spent, reserved, limit)
+ *   :h:<wid>   hash  reservation id -> 'micros at expiresAt'   (holds in flight)
+ *   :g:<wid>   zset  'reservation id:micros' scored by at      (rolling: settled spend by time)
+ *   :b:<bid>   set   window ids of one budget;   :i   set   every window id (snapshots, reset)
+ *   :r:<id>    string  the window ids a reservation holds;    :seq   reservation counter
+ * Money is integer micro-units; every number is passed as a `%.17g` string (exact below 2^53).
+ */
+
+const LEDGER_LUA = `
+local P = KEYS[1]
+local INF = math.huge
+local function fmt(x) return string.format('%.17g', x) end
+local GRACE = 3600000
+
+-- Keep key alive at least ttl ms.
+local function extend(key, ttl)
+  local left = redis.call('PTTL', key)
+  if left < ttl then redis.call('PEXPIRE', key, math.ceil(ttl)) end
+end
+
+-- How long a window's keys live: to its end plus one period (a late settle may still land there),
+-- or, rolling, one window length, plus an hour of grace.
+local function windowTtl(ws, we, rm, now)
+  if rm then return rm + GRACE end
+  local ttl = (we - now) + (we - ws) + GRACE
+  if ttl < GRACE then ttl = GRACE end
+  return ttl
+end
+
+local function touch(wid, ws, we, rm, bid, now)
+  local ttl = windowTtl(ws, we, rm, now)
+  extend(P .. ':w:' .. wid, ttl)
+  if redis.call('EXISTS', P .. ':h:' .. wid) == 1 then extend(P .. ':h:' .. wid, ttl) end
+  if redis.call('EXISTS', P .. ':g:' .. wid) == 1 then extend(P .. ':g:' .. wid, ttl) end
+  extend(P .. ':b:' .. bid, ttl)
+  extend(P .. ':i', ttl)
+  return ttl
+end
+
+local function dropWindow(wid, bid)
+  redis.call('DEL', P .. ':w:' .. wid, P .. ':h:' .. wid, P .. ':g:' .. wid)
+  redis.call('SREM', P .. ':b:' .. bid, wid)
+  redis.call('SREM', P .. ':i', wid)
+end
+
+-- Rolling: drop settled spend and holds dated at or before now - rollingMs (budget.ts pruneRolling).
+local function pruneRolling(wid, rm, now)
+  local w = P .. ':w:' .. wid
+  local cutoff = now - rm
+  local spent = 0
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', P .. ':g:' .. wid, '-inf', fmt(cutoff))) do
+    spent = spent + tonumber(string.match(member, ':(%S+)$'))
+  end
+  if spent ~= 0 then
+    redis.call('ZREMRANGEBYSCORE', P .. ':g:' .. wid, '-inf', fmt(cutoff))
+    redis.call('HINCRBY', w, 's', fmt(-spent))
+  end
+  local h = P .. ':h:' .. wid
+  local holds = redis.call('HGETALL', h)
+  local reserved = 0
+  for i = 1, #holds, 2 do
+    local micros, at = string.match(holds[i + 1], '(%S+) (%S+)')
+    if tonumber(at) <= cutoff then
+      redis.call('HDEL', h, holds[i])
+      reserved = reserved + tonumber(micros)
+    end
+  end
+  if reserved ~= 0 then redis.call('HINCRBY', w, 'r', fmt(-reserved)) end
+end
+
+-- Holds past expiresAt: reported as spent (their process may have died after sending).
+local function expiredMicros(wid, now)
+  local holds = redis.call('HGETALL', P .. ':h:' .. wid)
+  local sum = 0
+  for i = 2, #holds, 2 do
+    local micros, _, expiresAt = string.match(holds[i], '(%S+) (%S+) (%S+)')
+    if tonumber(expiresAt) <= now then sum = sum + tonumber(micros) end
+  end
+  return sum
+end
+
+-- Rolling: counted entries (settled spend and holds) as {at, micros}, ascending by at.
+local function counted(wid)
+  local entries = {}
+  local log = redis.call('ZRANGE', P .. ':g:' .. wid, 0, -1, 'WITHSCORES')
+  for i = 1, #log, 2 do
+    entries[#entries + 1] = { tonumber(log[i + 1]), tonumber(string.match(log[i], ':(%S+)$')) }
+  end
+  local holds = redis.call('HGETALL', P .. ':h:' .. wid)
+  for i = 2, #holds, 2 do
+    local micros, at = string.match(holds[i], '(%S+) (%S+)')
+    entries[#entries + 1] = { tonumber(at), tonumber(micros) }
+  end
+  table.sort(entries, function(a, b) return a[1] < b[1] end)
+  return entries
+end
+
+-- budget.ts rollingResetAt: when the oldest counted spend leaves the window; now if none.
+local function rollingResetAt(entries, rm, now)
+  if #entries == 0 then return now end
+  return entries[1][1] + rm
+end
+
+-- budget.ts rollingRetryAt: earliest time estimate fits if nothing else happens.
+local function rollingRetryAt(entries, rm, estimate, limit, now)
+  if estimate > limit then return INF end
+  local total = 0
+  for i = 1, #entries do total = total + entries[i][2] end
+  local retryAt = now
+  for i = 1, #entries do
+    if estimate <= limit - total then break end
+    total = total - entries[i][2]
+    if entries[i][1] + rm > retryAt then retryAt = entries[i][1] + rm end
+  end
+  return retryAt
+end
+
+local function windowOf(wid)
+  local f = redis.call('HMGET', P .. ':w:' .. wid, 'id', 'bid', 'ws', 'we', 'rm', 's', 'r', 'l')
+  if not f[1] then return nil end
+  local rm = nil
+  if f[5] ~= '' then rm = tonumber(f[5]) end
+  return {
+    id = f[1], bid = f[2], ws = tonumber(f[3]), we = tonumber(f[4]), rm = rm,
+    s = tonumber(f[6]), r = tonumber(f[7]), l = tonumber(f[8]),
+  }
+end
+`;
+
+/**
+ * Reserve an estimate on every entry's budget, all or nothing.
+ * KEYS: the ledger tag key. ARGV: now, count, then 9 values per entry: budgetId, budget hash, window
+ * id, windowStart, windowEnd, rollingMs ('' for calendar), limit, estimate, expiresAt.
+ * Reply: {1, reservationId, (budgetId, spent, reserved, limit)...} or
+ *   {0, budgetId, spent, reserved, limit, estimate, resetAt, retryAt} ('inf' for Infinity).
+ */
+export const LEDGER_RESERVE_LUA = `${LEDGER_LUA}
+local now = tonumber(ARGV[1])
+local count = tonumber(ARGV[2])
+local entries = {}
+for i = 1, count do
+  local a = 2 + (i - 1) * 9
+  local rm = nil
+  if ARGV[a + 6] ~= '' then rm = tonumber(ARGV[a + 6]) end
+  entries[i] = {
+    id = ARGV[a + 1], bid = ARGV[a + 2], wid = ARGV[a + 3], ws = tonumber(ARGV[a + 4]),
+    we = tonumber(ARGV[a + 5]), rm = rm, limit = tonumber(ARGV[a + 7]), est = tonumber(ARGV[a + 8]),
+    exp = tonumber(ARGV[a + 9]),
+  }
+end
+
+for _, e in ipairs(entries) do
+  local w = P .. ':w:' .. e.wid
+  if redis.call('EXISTS', w) == 0 then
+    -- A new window: keep the previous calendar window of this budget (late settles land there);
+    -- drop older ones, and every other rolling definition (the budget's period changed).
+    for _, other in ipairs(redis.call('SMEMBERS', P .. ':b:' .. e.bid)) do
+      local o = windowOf(other)
+      if o == nil then
+        redis.call('SREM', P .. ':b:' .. e.bid, other)
+        redis.call('SREM', P .. ':i', other)
+      elseif o.rm or e.rm or o.we < e.ws then
+        dropWindow(other, e.bid)
+      end
+    end
+    local rm = ''
+    if e.rm then rm = fmt(e.rm) end
+    redis.call('HSET', w, 'id', e.id, 'bid', e.bid, 'ws', fmt(e.ws), 'we', fmt(e.we), 'rm', rm,
+      's', '0', 'r', '0', 'l', fmt(e.limit))
+    redis.call('SADD', P .. ':b:' .. e.bid, e.wid)
+    redis.call('SADD', P .. ':i', e.wid)
+  else
+    -- The configuration changed: the latest limit applies.
+    redis.call('HSET', w, 'l', fmt(e.limit))
+  end
+  if e.rm then pruneRolling(e.wid, e.rm, now) end
+  local win = windowOf(e.wid)
+  -- budget.ts fits: subtract instead of adding three terms (exact near the largest amounts).
+  if not (e.est <= e.limit - win.s - win.r) then
+    local expired = expiredMicros(e.wid, now)
+    local resetAt, retryAt = e.we, e.we
+    if e.est > e.limit then retryAt = INF end
+    if e.rm then
+      local c = counted(e.wid)
+      resetAt = rollingResetAt(c, e.rm, now)
+      retryAt = rollingRetryAt(c, e.rm, e.est, e.limit, now)
+    end
+    return { 0, e.id, fmt(win.s + expired), fmt(win.r - expired), fmt(e.limit), fmt(e.est), fmt(resetAt), fmt(retryAt) }
+  end
+end
+
+local id = 'r' .. redis.call('INCR', P .. ':seq')
+local reply = { 1, id }
+local held = {}
+local ttl = 0
+for _, e in ipairs(entries) do
+  local w = P .. ':w:' .. e.wid
+  local r = redis.call('HINCRBY', w, 'r', fmt(e.est))
+  redis.call('HSET', P .. ':h:' .. e.wid, id, fmt(e.est) .. ' ' .. fmt(now) .. ' ' .. fmt(e.exp))
+  local t = touch(e.wid, e.ws, e.we, e.rm, e.bid, now)
+  if t > ttl then ttl = t end
+  held[#held + 1] = e.wid
+  reply[#reply + 1] = e.id
+  reply[#reply + 1] = fmt(tonumber(redis.call('HGET', w, 's')))
+  reply[#reply + 1] = fmt(r)
+  reply[#reply + 1] = fmt(e.limit)
+end
+redis.call('SET', P .. ':r:' .. id, table.concat(held, ' '), 'PX', math.ceil(ttl))
+extend(P .. ':seq', ttl)
+return reply
+`;
+
+/**
+ * Settle (ARGV[3] = actual micros) or release (ARGV[3] = '') a reservation.
+ * KEYS: the ledger tag key. ARGV: now, reservation id, actual.
+ * Reply: {found (0/1), (budgetId, spent, reserved, limit)...}.
+ */
+export const LEDGER_SETTLE_LUA = `${LEDGER_LUA}
+local now = tonumber(ARGV[1])
+local id = ARGV[2]
+local actual = nil
+if ARGV[3] ~= '' then actual = tonumber(ARGV[3]) end
+local rec = redis.call('GET', P .. ':r:' .. id)
+if not rec then return { 0 } end
+redis.call('DEL', P .. ':r:' .. id)
+local reply = { 1 }
+for wid in string.gmatch(rec, '%S+') do
+  local h = P .. ':h:' .. wid
+  local hold = redis.call('HGET', h, id)
+  local win = windowOf(wid)
+  if hold and win then
+    local micros, at = string.match(hold, '(%S+) (%S+)')
+    redis.call('HDEL', h, id)
+    local w = P .. ':w:' .. wid
+    local r = redis.call('HINCRBY', w, 'r', fmt(-tonumber(micros)))
+    local s = win.s
+    if actual then
+      s = redis.call('HINCRBY', w, 's', fmt(actual))
+      -- Rolling: spend is dated when the call was sent, the hold's at.
+      if win.rm and actual > 0 then redis.call('ZADD', P .. ':g:' .. wid, at, id .. ':' .. fmt(actual)) end
+    end
+    touch(wid, win.ws, win.we, win.rm, win.bid, now)
+    reply[#reply + 1] = win.id
+    reply[#reply + 1] = fmt(s)
+    reply[#reply + 1] = fmt(r)
+    reply[#reply + 1] = fmt(win.l)
+  end
+end
+return reply
+`;
+
+/**
+ * Every budget's current window at now (calendar windows containing now, every rolling window).
+ * KEYS: the ledger tag key. ARGV: now.
+ * Reply: flat (budgetId, windowStart, windowEnd, rollingMs or '', spent, reserved, limit, resetAt)...
+ */
+export const LEDGER_SNAPSHOT_LUA = `${LEDGER_LUA}
+local now = tonumber(ARGV[1])
+local reply = {}
+for _, wid in ipairs(redis.call('SMEMBERS', P .. ':i')) do
+  local win = windowOf(wid)
+  if win == nil then
+    redis.call('SREM', P .. ':i', wid)
+  elseif win.rm or (win.ws <= now and now < win.we) then
+    local resetAt = win.we
+    if win.rm then
+      pruneRolling(wid, win.rm, now)
+      win = windowOf(wid)
+      resetAt = rollingResetAt(counted(wid), win.rm, now)
+    end
+    local expired = expiredMicros(wid, now)
+    local rm = ''
+    if win.rm then rm = fmt(win.rm) end
+    reply[#reply + 1] = win.id
+    reply[#reply + 1] = fmt(win.ws)
+    reply[#reply + 1] = fmt(win.we)
+    reply[#reply + 1] = rm
+    reply[#reply + 1] = fmt(win.s + expired)
+    reply[#reply + 1] = fmt(win.r - expired)
+    reply[#reply + 1] = fmt(win.l)
+    reply[#reply + 1] = fmt(resetAt)
+  end
+end
+return reply
+`;
+
+/**
+ * Forget a budget (with its per-key ids `budgetId[...]`), or everything ('').
+ * KEYS: the ledger tag key. ARGV: budgetId or ''. Reply: windows dropped.
+ */
+export const LEDGER_RESET_LUA = `${LEDGER_LUA}
+local target = ARGV[1]
+local dropped = 0
+for _, wid in ipairs(redis.call('SMEMBERS', P .. ':i')) do
+  local win = windowOf(wid)
+  if win == nil then
+    redis.call('SREM', P .. ':i', wid)
+  elseif target == '' or win.id == target or string.sub(win.id, 1, #target + 1) == target .. '[' then
+    dropWindow(wid, win.bid)
+    dropped = dropped + 1
+  end
+end
+return dropped
+`;

@@ -1,0 +1,203 @@
+import type {
+  LedgerEntry,
+  LedgerReserveResult,
+  LedgerSettleResult,
+  LedgerTotals,
+  LedgerWindow,
+} from '../budget/ledger.js';
+import { windowKey } from '../budget/ledger.js';
+import { StoreUnavailableError } from '../errors.js';
+import { integer, invalid, nonEmptyString, plainObject } from '../validate.js';
+import type { AsyncLedger } from './async-ledger.js';
+import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
+import { DigestCache } from './redis-keys.js';
+import {
+  LEDGER_RESERVE_LUA,
+  LEDGER_RESET_LUA,
+  LEDGER_SETTLE_LUA,
+  LEDGER_SNAPSHOT_LUA,
+} from './redis-ledger-scripts.js';
+
+export interface RedisLedgerOptions {
+  /** An `ioredis` client, or a URL such as `redis://127.0.0.1:6379`. */
+  redis: RedisClient | string;
+  /**
+   * The ledger's hash tag is `{<keyPrefix>:ledger}`: every process sharing budgets shares it.
+   * Letters, digits and `-_.:` only.
+   * @default 'tollgate'
+   */
+  keyPrefix?: string;
+  /** A command slower than this fails with `StoreUnavailableError`. Integer >= 1. @default 1000 */
+  commandTimeoutMs?: number;
+}
+
+const scripts = {
+  reserve: loadedScript('ledger reserve', LEDGER_RESERVE_LUA),
+  settle: loadedScript('ledger settle', LEDGER_SETTLE_LUA),
+  snapshot: loadedScript('ledger snapshot', LEDGER_SNAPSHOT_LUA),
+  reset: loadedScript('ledger reset', LEDGER_RESET_LUA),
+};
+
+const num = (value: unknown): number => {
+  const text = String(value);
+  return text === 'inf' ? Infinity : Number(text);
+};
+
+/**
+ * A budget ledger in Redis, for budgets shared by processes on many machines. Same rules and the
+ * same exactness as the file ledger (integer micro-units, all-or-nothing reservations, holds that
+ * count at their estimate once expired, never dropped before their window ends), each operation one
+ * Lua script (see `redis-ledger-scripts.ts`). Asynchronous: use it through `AsyncBudgetGuard` (or a
+ * shared gate's `budget`).
+ */
+export class RedisLedger implements AsyncLedger {
+  readonly keyPrefix: string;
+  private readonly client: RedisClient;
+  private readonly ownsClient: boolean;
+  private readonly runner: CommandRunner;
+  private readonly tagKey: string;
+  private readonly digests = new DigestCache();
+  private closed = false;
+
+  constructor(options: RedisLedgerOptions) {
+    const o = plainObject('options', options);
+    for (const key of Object.keys(o)) {
+      if (!['redis', 'keyPrefix', 'commandTimeoutMs'].includes(key))
+        throw invalid(`ledger.${key}`, 'a known option (redis, keyPrefix, commandTimeoutMs)', o[key]);
+    }
+    const prefix = nonEmptyString('ledger.keyPrefix', o['keyPrefix'] ?? 'tollgate');
+    if (!/^[\w\-.:]{1,100}$/.test(prefix))
+      throw invalid('ledger.keyPrefix', 'letters, digits and `-_.:`', prefix);
+    this.keyPrefix = prefix;
+    const timeoutMs = integer('ledger.commandTimeoutMs', o['commandTimeoutMs'] ?? 1000, 1);
+    const redis = o['redis'];
+    if (typeof redis === 'string') {
+      this.client = connectRedis(redis);
+      this.ownsClient = true;
+      this.client.on('error', () => {});
+    } else if (typeof (redis as RedisClient | null)?.call === 'function') {
+      this.client = redis as RedisClient;
+      this.ownsClient = false;
+    } else {
+      throw invalid('ledger.redis', 'an ioredis client or a redis:// URL', redis);
+    }
+    this.runner = new CommandRunner(this.client, timeoutMs);
+    this.tagKey = `{${prefix}:ledger}`;
+  }
+
+  async reserve(entries: readonly LedgerEntry[], now: number): Promise<LedgerReserveResult> {
+    this.checkOpen();
+    const args: string[] = [String(now), String(entries.length)];
+    for (const entry of entries) {
+      const { start, end } = windowKey(entry);
+      const bid = this.digests.get(entry.budgetId);
+      args.push(
+        entry.budgetId,
+        bid,
+        `${bid}:${start}:${end}`,
+        String(start),
+        String(end),
+        entry.rollingMs === undefined ? '' : String(entry.rollingMs),
+        String(entry.limitMicros),
+        String(entry.estimateMicros),
+        String(entry.expiresAt),
+      );
+    }
+    const reply = (await this.runner.evalsha(scripts.reserve, 1, [this.tagKey, ...args])) as (
+      | string
+      | number
+    )[];
+    if (reply[0] !== 1) {
+      return {
+        ok: false,
+        budgetId: String(reply[1]),
+        spentMicros: num(reply[2]),
+        reservedMicros: num(reply[3]),
+        limitMicros: num(reply[4]),
+        estimateMicros: num(reply[5]),
+        resetAt: num(reply[6]),
+        retryAt: num(reply[7]),
+      };
+    }
+    return { ok: true, reservationId: String(reply[1]), totals: totals(reply, 2) };
+  }
+
+  settle(reservationId: string, actualMicros: number, now: number): Promise<LedgerSettleResult> {
+    return this.apply(reservationId, String(actualMicros), now);
+  }
+
+  release(reservationId: string, now: number): Promise<LedgerSettleResult> {
+    return this.apply(reservationId, '', now);
+  }
+
+  async snapshot(now: number): Promise<LedgerWindow[]> {
+    this.checkOpen();
+    const reply = (await this.runner.evalsha(scripts.snapshot, 1, [this.tagKey, String(now)])) as string[];
+    const windows: LedgerWindow[] = [];
+    for (let i = 0; i + 7 < reply.length; i += 8) {
+      const rollingMs = reply[i + 3] === '' ? undefined : num(reply[i + 3]);
+      const spentMicros = num(reply[i + 4]);
+      const reservedMicros = num(reply[i + 5]);
+      const limitMicros = num(reply[i + 6]);
+      windows.push({
+        budgetId: reply[i]!,
+        windowStart: rollingMs === undefined ? num(reply[i + 1]) : now - rollingMs,
+        windowEnd: rollingMs === undefined ? num(reply[i + 2]) : now,
+        rollingMs,
+        spentMicros,
+        reservedMicros,
+        limitMicros,
+        remainingMicros: Math.max(0, limitMicros - spentMicros - reservedMicros),
+        resetAt: num(reply[i + 7]),
+      });
+    }
+    return windows.sort((a, b) => (a.budgetId < b.budgetId ? -1 : a.budgetId > b.budgetId ? 1 : 0));
+  }
+
+  async reset(budgetId?: string): Promise<void> {
+    this.checkOpen();
+    await this.runner.evalsha(scripts.reset, 1, [this.tagKey, budgetId ?? '']);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.runner.abandon();
+    if (this.ownsClient) {
+      try {
+        await this.client.quit();
+      } catch {
+        this.client.disconnect();
+      }
+    }
+  }
+
+  private async apply(reservationId: string, actual: string, now: number): Promise<LedgerSettleResult> {
+    this.checkOpen();
+    const reply = (await this.runner.evalsha(scripts.settle, 1, [
+      this.tagKey,
+      String(now),
+      reservationId,
+      actual,
+    ])) as (string | number)[];
+    if (reply[0] !== 1) return { found: false, totals: [] };
+    return { found: true, totals: totals(reply, 1) };
+  }
+
+  private checkOpen(): void {
+    if (this.closed) throw new StoreUnavailableError('Redis ledger is closed');
+  }
+}
+
+function totals(reply: readonly (string | number)[], from: number): LedgerTotals[] {
+  const out: LedgerTotals[] = [];
+  for (let i = from; i + 3 < reply.length; i += 4) {
+    out.push({
+      budgetId: String(reply[i]),
+      spentMicros: num(reply[i + 1]),
+      reservedMicros: num(reply[i + 2]),
+      limitMicros: num(reply[i + 3]),
+    });
+  }
+  return out;
+}

@@ -1,0 +1,66 @@
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { BudgetExceededError } from '../../src/budget/errors.js';
+import { MemoryLedger } from '../../src/budget/memory-ledger.js';
+import { AsyncBudgetGuard } from '../../src/redis/async-budget-guard.js';
+import { asyncLedger } from '../../src/redis/async-ledger.js';
+import { MemoryStore } from '../../src/redis/memory-store.js';
+import { RedisLedger } from '../../src/redis/redis-ledger.js';
+import { createSharedGate } from '../../src/redis/shared-gate.js';
+import { asyncLedgerContract } from '../helpers/redis-ledger-contract.js';
+import { keysOfTag, REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
+
+const skip = await redisSkipReason();
+const prefix = `tollgate-ledger-${process.pid}-${Date.now()}`;
+let n = 0;
+
+afterAll(async () => {
+  if (skip) return;
+  const admin = new Redis(REDIS_URL);
+  const keys = await keysOfTag(admin, `{${prefix}-*`);
+  if (keys.length > 0) await admin.del(...keys);
+  admin.disconnect();
+});
+
+// The reference: the memory ledger, whose rules the Redis scripts implement.
+asyncLedgerContract('memory', () => asyncLedger(new MemoryLedger()));
+// Each case gets its own ledger (its own hash tag) on the shared server.
+asyncLedgerContract(
+  'redis',
+  () => new RedisLedger({ redis: REDIS_URL, keyPrefix: `${prefix}-${n++}` }),
+  skip,
+);
+
+describe.skipIf(skip !== false)('shared gates with a Redis budget', () => {
+  it('two gates, 300 concurrent calls at random prices against $0.05: admitted estimates never pass the cap', async () => {
+    const ledger = new RedisLedger({ redis: REDIS_URL, keyPrefix: `${prefix}-gates` });
+    const budget = () =>
+      new AsyncBudgetGuard({ budgets: { name: 'day', limit: '$0.05', period: 'day' }, ledger });
+    const store = new MemoryStore();
+    const gates = [0, 1].map(() => createSharedGate({ store, budget: budget() }));
+    let charged = 0;
+    let refused = 0;
+    await Promise.all(
+      Array.from({ length: 300 }, async (_, i) => {
+        const price = 100 + Math.floor(Math.random() * 400);
+        try {
+          await gates[i % 2]!.schedule(
+            async () => {
+              charged += price;
+              await new Promise((r) => setTimeout(r, Math.random() * 3));
+            },
+            { priceMicros: price },
+          );
+        } catch (error) {
+          expect(error).toBeInstanceOf(BudgetExceededError);
+          refused++;
+        }
+      }),
+    );
+    const [spend] = await budget().spend();
+    expect(charged).toBeLessThanOrEqual(50_000);
+    expect(refused).toBeGreaterThan(0);
+    expect(spend).toMatchObject({ spentMicros: charged, reservedMicros: 0 });
+    await ledger.close();
+  });
+});
