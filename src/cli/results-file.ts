@@ -1,0 +1,83 @@
+/**
+ * The output JSONL: one result per request, appended as each completes, so a crash or Ctrl-C loses
+ * nothing that completed; and the set of ids already completed, so a re-run resumes.
+ */
+import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readSync, writeSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { readFileLines } from './jsonl.js';
+
+export interface Completed {
+  /** Ids (as strings) with a result line. */
+  readonly ids: Set<string>;
+  /** Ids whose last result line is a success (`ok` true, or a status below 400). */
+  readonly succeeded: Set<string>;
+  /** Result lines read. */
+  readonly results: number;
+  /** Lines that were not a JSON object with an id (a write torn by a crash, or someone's edit). */
+  readonly unreadable: number;
+}
+
+/** Ids already in the output (streaming; a missing file has none). */
+export async function readCompleted(path: string): Promise<Completed> {
+  const ids = new Set<string>();
+  const succeeded = new Set<string>();
+  let results = 0;
+  let unreadable = 0;
+  if (!existsSync(path)) return { ids, succeeded, results, unreadable };
+  for await (const line of readFileLines(path)) {
+    let value: unknown;
+    try {
+      value = JSON.parse(line.text);
+    } catch {
+      unreadable++;
+      continue;
+    }
+    const result = (typeof value === 'object' && value !== null ? value : {}) as {
+      id?: unknown;
+      ok?: unknown;
+      status?: unknown;
+    };
+    const id = result.id;
+    if (typeof id === 'string' || typeof id === 'number') {
+      const key = String(id);
+      ids.add(key);
+      results++;
+      // The last line for an id wins (a --retry-failed run appends a new one).
+      const success =
+        typeof result.ok === 'boolean' ? result.ok : typeof result.status === 'number' && result.status < 400;
+      if (success) succeeded.add(key);
+      else succeeded.delete(key);
+    } else unreadable++;
+  }
+  return { ids, succeeded, results, unreadable };
+}
+
+/**
+ * Appends one JSON line per result with a synchronous write: when `write` returns, the line is in
+ * the operating system's hands and survives the process being killed (not a power loss).
+ */
+export class ResultWriter {
+  private fd: number | undefined;
+
+  constructor(readonly path: string) {
+    mkdirSync(dirname(path), { recursive: true });
+    this.fd = openSync(path, 'a+');
+    // A line torn by a crash must not swallow the next result: start on a fresh line.
+    const size = fstatSync(this.fd).size;
+    if (size > 0) {
+      const last = Buffer.alloc(1);
+      readSync(this.fd, last, 0, 1, size - 1);
+      if (last[0] !== 0x0a) writeSync(this.fd, '\n');
+    }
+  }
+
+  write(result: object): void {
+    if (this.fd === undefined) throw new Error(`results file ${this.path} is closed`);
+    writeSync(this.fd, `${JSON.stringify(result)}\n`);
+  }
+
+  close(): void {
+    if (this.fd !== undefined) closeSync(this.fd);
+    this.fd = undefined;
+  }
+}

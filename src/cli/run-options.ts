@@ -1,0 +1,507 @@
+/**
+ * `tollgate run` options: argv (node:util parseArgs) and an optional JSON config file, validated
+ * into a `RunConfig`. Flags win over the config file; the config file wins over defaults. Every
+ * error names the flag (or the config key and file) and the value.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { basename, dirname, extname, join, resolve } from 'node:path';
+import { type ParseArgsConfig, parseArgs } from 'node:util';
+import { type BudgetSpec, type GateOptions, type LimitSpec, type PriceTable, priceTable } from '../index.js';
+import { CliError } from './cli-error.js';
+import {
+  parseBudget,
+  parseDuration,
+  parseHeader,
+  parseInteger,
+  parseLimit,
+  parseOnOff,
+  parsePrice,
+  parseRate,
+} from './parse-units.js';
+import type { ProgressMode } from './progress.js';
+import type { RunConfig } from './runner.js';
+
+export const runFlags = {
+  rate: { type: 'string' },
+  burst: { type: 'string' },
+  limit: { type: 'string', multiple: true },
+  concurrency: { type: 'string' },
+  budget: { type: 'string', multiple: true },
+  ledger: { type: 'string' },
+  price: { type: 'string' },
+  'price-header': { type: 'string' },
+  'header-adapt': { type: 'string' },
+  'per-host': { type: 'boolean' },
+  out: { type: 'string', short: 'o' },
+  config: { type: 'string', short: 'c' },
+  strict: { type: 'boolean' },
+  'retry-failed': { type: 'boolean' },
+  'max-queue-time': { type: 'string' },
+  timeout: { type: 'string' },
+  redis: { type: 'string' },
+  'base-url': { type: 'string' },
+  header: { type: 'string', short: 'H', multiple: true },
+  'keep-header': { type: 'string', multiple: true },
+  window: { type: 'string' },
+  progress: { type: 'string' },
+  'bodies-dir': { type: 'string' },
+  'max-inline-body': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const satisfies ParseArgsConfig['options'];
+
+export const runHelp = `Usage: tollgate run <requests.jsonl | -> [options]
+
+Sends every request of a JSONL file through one gate and writes one JSONL result per request.
+Each input line: {"id", "url", "method"?, "headers"?, "body"?, "cost"?, "price"?, "priority"?, "key"?}.
+A re-run with the same --out skips the ids already there (resume).
+
+Limits (repeatable where noted; none means no rate limit of your own):
+  --rate 50/s              average rate (token bucket); with --burst N, at most N at once
+  --burst 10               the token bucket's size (default: the whole rate)
+  --limit 500/min          never more than N per window, as the provider counts (repeatable;
+                           units: 90000tokens/min; algorithm: sliding-log:20/min)
+  --concurrency 8          at most N requests in flight
+  --per-host               apply these limits to each origin separately (default: all together)
+  --header-adapt on|off    listen to Retry-After and rate-limit headers, retry 429s (default on)
+  --max-queue-time 30s     a request that cannot start within this is not sent (error result)
+  --timeout 60s            per HTTP attempt (default 60s)
+
+Money:
+  --budget 5usd/day        hard cap per period, reserved before sending (repeatable;
+                           name=5usd/day, $20/month, 2usd/24h rolling, 5eur/day@Europe/Berlin)
+  --price 0.002usd         estimate per request (a line's "price" wins)
+  --price-header NAME      actual price per response, in major units (e.g. x-request-cost)
+  --ledger PATH|memory     where budgets are recorded (default .tollgate/ledger.sqlite)
+
+Input and output:
+  -o, --out FILE           results (default: <input>.results.jsonl next to the input)
+  --strict                 a malformed line stops the run before anything is sent
+  --retry-failed           on resume, send again the ids whose last result failed
+  --base-url URL           for relative "url" values
+  -H, --header "K: V"      add a header to every request (repeatable), e.g. an API key
+  --keep-header NAME       keep this response header in results (repeatable)
+  --bodies-dir DIR         large or binary bodies go here (default: <out>.bodies)
+  --max-inline-body 64kb   larger bodies are written to files (default 64kb)
+  --window 256             most requests read ahead of their results (memory bound)
+  --progress auto|bar|plain|none   (auto: a bar on a terminal, plain lines otherwise)
+  -c, --config FILE.json   the same options as JSON (keys in camelCase; flags win)
+  --redis URL              share limits with other processes through Redis (when available)
+
+Ctrl-C stops reading, lets requests in flight finish and writes their results; a second Ctrl-C
+aborts them. Run \`tollgate --help\` for the exit codes.`;
+
+const configKeys = [
+  'rate',
+  'burst',
+  'limit',
+  'limits',
+  'concurrency',
+  'budget',
+  'budgets',
+  'ledger',
+  'price',
+  'priceHeader',
+  'priceTable',
+  'headerAdapt',
+  'adapt',
+  'perHost',
+  'out',
+  'strict',
+  'retryFailed',
+  'maxQueueTime',
+  'timeout',
+  'redis',
+  'baseUrl',
+  'headers',
+  'keepHeaders',
+  'window',
+  'progress',
+  'bodiesDir',
+  'maxInlineBody',
+] as const;
+
+type ConfigFile = Partial<Record<(typeof configKeys)[number], unknown>>;
+
+function closest(word: string, candidates: readonly string[]): string | undefined {
+  // Edit distance, for "did you mean": small lists, short words.
+  const distance = (a: string, b: string): number => {
+    const row = Array.from({ length: b.length + 1 }, (_, j) => j);
+    for (let i = 1; i <= a.length; i++) {
+      let prev = row[0]!;
+      row[0] = i;
+      for (let j = 1; j <= b.length; j++) {
+        const here = row[j]!;
+        row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+        prev = here;
+      }
+    }
+    return row[b.length]!;
+  };
+  let best: string | undefined;
+  let bestDistance = 3;
+  for (const c of candidates) {
+    const d = distance(word, c);
+    if (d < bestDistance) {
+      best = c;
+      bestDistance = d;
+    }
+  }
+  return best;
+}
+
+/** parseArgs with its errors turned into one-line messages (and a "did you mean"). */
+export function parseArgv<O extends NonNullable<ParseArgsConfig['options']>>(
+  command: string,
+  args: readonly string[],
+  options: O,
+  allowPositionals: boolean,
+) {
+  try {
+    return parseArgs({ args: [...args], options, allowPositionals, strict: true });
+  } catch (error) {
+    const e = error as Error & { code?: string };
+    if (e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') {
+      const flag = /'([^']+)'/.exec(e.message)?.[1] ?? '';
+      const name = flag.replace(/^-+/, '');
+      const suggestion = closest(name, Object.keys(options));
+      throw new CliError(
+        `Unknown option ${flag} for \`tollgate ${command}\`${suggestion ? ` (did you mean --${suggestion}?)` : ''}. See \`tollgate ${command} --help\`.`,
+      );
+    }
+    if (e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
+      throw new CliError(`${e.message.replace(/^Option /, 'Option ')}. See \`tollgate ${command} --help\`.`);
+    }
+    if (e.code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL') {
+      throw new CliError(`Unexpected argument: ${e.message}. See \`tollgate ${command} --help\`.`);
+    }
+    throw error;
+  }
+}
+
+function readConfig(path: string): ConfigFile {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new CliError(`Cannot read --config ${path}: ${(error as Error).message}`);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new CliError(`--config ${path} is not valid JSON: ${(error as Error).message}`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new CliError(`--config ${path} must hold a JSON object`);
+  }
+  for (const key of Object.keys(value)) {
+    if (!(configKeys as readonly string[]).includes(key)) {
+      const suggestion = closest(key, configKeys);
+      throw new CliError(
+        `Unknown key \`${key}\` in --config ${path}${suggestion ? ` (did you mean \`${suggestion}\`?)` : ''}; known keys: ${configKeys.join(', ')}`,
+      );
+    }
+  }
+  return value as ConfigFile;
+}
+
+function asStringOrNumber(label: string, value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'number' && Number.isFinite(value)) return String(value);
+  throw new CliError(`Expected ${label} to be a string, got \`${JSON.stringify(value)}\``);
+}
+
+function asBoolean(label: string, value: unknown): boolean {
+  if (typeof value === 'boolean') return value;
+  if (typeof value === 'string') return parseOnOff(label, value);
+  throw new CliError(`Expected ${label} to be true or false, got \`${JSON.stringify(value)}\``);
+}
+
+function asList(value: unknown): unknown[] {
+  return Array.isArray(value) ? value : [value];
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Sizes: `65536`, `64kb`, `1mb`. */
+function parseBytes(flag: string, text: string): number {
+  const m = /^(\d+)\s*(b|kb|k|kib|mb|m|mib)?$/i.exec(text.trim());
+  if (m === null) throw new CliError(`Expected ${flag} like 65536, 64kb or 1mb, got \`${text}\``);
+  const unit = (m[2] ?? 'b').toLowerCase();
+  const scale = unit.startsWith('k') ? 1024 : unit.startsWith('m') ? 1024 * 1024 : 1;
+  return Number(m[1]) * scale;
+}
+
+function defaultOut(input: string): string {
+  const ext = extname(input);
+  const stem =
+    ext === '.jsonl' || ext === '.json' || ext === '.ndjson' ? basename(input, ext) : basename(input);
+  return join(dirname(input), `${stem}.results.jsonl`);
+}
+
+export interface ParsedRun {
+  readonly help: boolean;
+  readonly config: RunConfig;
+  /** Things worth saying before starting (not errors). */
+  readonly warnings: readonly string[];
+}
+
+/** argv after `run` → a validated RunConfig. Throws CliError (exit 2). */
+export function parseRunOptions(args: readonly string[], cwd: string = process.cwd()): ParsedRun {
+  const { values, positionals } = parseArgv('run', args, runFlags, true);
+  if (values.help) return { help: true, config: undefined as unknown as RunConfig, warnings: [] };
+  if (positionals.length === 0) {
+    throw new CliError('Missing the requests file: tollgate run <requests.jsonl> [options] (or - for stdin)');
+  }
+  if (positionals.length > 1) {
+    throw new CliError(
+      `Expected one requests file, got ${positionals.length}: ${positionals.join(' ')} (quote values with spaces)`,
+    );
+  }
+  const warnings: string[] = [];
+  const input = positionals[0] === '-' ? '-' : resolve(cwd, positionals[0]!);
+  if (input !== '-' && !existsSync(input)) throw new CliError(`Requests file not found: ${positionals[0]}`);
+
+  let file: ConfigFile = {};
+  let fileDir = cwd;
+  let fileName = '';
+  if (values.config !== undefined) {
+    const path = resolve(cwd, values.config);
+    file = readConfig(path);
+    fileDir = dirname(path);
+    fileName = values.config;
+  }
+  const label = (key: string) => `\`${key}\` in ${fileName}`;
+
+  // Limits: --rate/--burst, --limit, --concurrency; each flag replaces its config key.
+  const limits: LimitSpec[] = [];
+  const burstText =
+    values.burst ?? (file.burst === undefined ? undefined : asStringOrNumber(label('burst'), file.burst));
+  const burstLabel = values.burst !== undefined ? '--burst' : label('burst');
+  const burst = burstText === undefined ? undefined : parseInteger(burstLabel, burstText, 1);
+  if (values.rate !== undefined) limits.push(parseRate(values.rate, burst));
+  else if (file.rate !== undefined)
+    limits.push(parseRate(asStringOrNumber(label('rate'), file.rate), burst, label('rate')));
+  else if (burst !== undefined)
+    throw new CliError(`${burstLabel} needs a rate: add --rate, e.g. --rate 50/s --burst ${burst}`);
+
+  if (values.limit !== undefined) for (const text of values.limit) limits.push(parseLimit(text));
+  else {
+    const fromFile = file.limits ?? file.limit;
+    if (fromFile !== undefined) {
+      asList(fromFile).forEach((item, i) => {
+        const where = label(`limits[${i}]`);
+        if (typeof item === 'string') limits.push(parseLimit(item, where));
+        else if (isRecord(item))
+          limits.push(item as unknown as LimitSpec); // validated by the gate, naming limits[i]
+        else
+          throw new CliError(
+            `Expected ${where} to be like "500/min" or a limit object, got \`${JSON.stringify(item)}\``,
+          );
+      });
+    }
+  }
+  const concurrencyText =
+    values.concurrency ??
+    (file.concurrency === undefined ? undefined : asStringOrNumber(label('concurrency'), file.concurrency));
+  if (concurrencyText !== undefined) {
+    const n = parseInteger(
+      values.concurrency !== undefined ? '--concurrency' : label('concurrency'),
+      concurrencyText,
+      1,
+    );
+    limits.push({ algorithm: 'concurrency', limit: n });
+  }
+
+  // Budgets and prices.
+  const budgets: BudgetSpec[] = [];
+  if (values.budget !== undefined) for (const text of values.budget) budgets.push(parseBudget(text));
+  else {
+    const fromFile = file.budgets ?? file.budget;
+    if (fromFile !== undefined) {
+      asList(fromFile).forEach((item, i) => {
+        const where = label(`budgets[${i}]`);
+        if (typeof item === 'string') budgets.push(parseBudget(item, where));
+        else if (isRecord(item))
+          budgets.push(item as unknown as BudgetSpec); // validated by the guard
+        else
+          throw new CliError(
+            `Expected ${where} to be like "5usd/day" or a budget object, got \`${JSON.stringify(item)}\``,
+          );
+      });
+    }
+  }
+  const priceText = values.price ?? (file.price === undefined ? undefined : file.price);
+  const priceMicros =
+    priceText === undefined
+      ? undefined
+      : parsePrice(values.price !== undefined ? '--price' : label('price'), priceText).micros;
+  const priceHeader =
+    values['price-header'] ??
+    (file.priceHeader === undefined ? undefined : asStringOrNumber(label('priceHeader'), file.priceHeader));
+  let price: ReturnType<typeof priceTable> | undefined;
+  if (file.priceTable !== undefined) {
+    try {
+      price = priceTable(file.priceTable as PriceTable, 'priceTable');
+    } catch (error) {
+      throw new CliError(`${label('priceTable')}: ${(error as Error).message}`);
+    }
+  }
+  let ledger: string | undefined;
+  if (values.ledger !== undefined)
+    ledger = values.ledger === 'memory' ? 'memory' : resolve(cwd, values.ledger);
+  else if (file.ledger !== undefined) {
+    const text = asStringOrNumber(label('ledger'), file.ledger);
+    ledger = text === 'memory' ? 'memory' : resolve(fileDir, text);
+  }
+  if (budgets.length > 0 && priceMicros === undefined) {
+    warnings.push(
+      'A budget is set but no --price: requests without a "price" field reserve nothing before they are sent ' +
+        '(only prices read from responses are charged, after the fact). Set --price for a hard cap.',
+    );
+  }
+  if (budgets.length === 0 && ledger !== undefined) warnings.push('--ledger has no effect without --budget.');
+
+  // Adaptation and time.
+  const adaptText = values['header-adapt'] ?? file.headerAdapt;
+  const headerAdapt =
+    adaptText === undefined
+      ? true
+      : typeof adaptText === 'boolean'
+        ? adaptText
+        : parseOnOff(
+            values['header-adapt'] !== undefined ? '--header-adapt' : label('headerAdapt'),
+            String(adaptText),
+          );
+  if (file.adapt !== undefined && !isRecord(file.adapt)) {
+    throw new CliError(
+      `Expected ${label('adapt')} to be an object of adapt options (e.g. {"pacing": "spread"})`,
+    );
+  }
+  const durationOf = (
+    flag: string,
+    key: keyof ConfigFile,
+    fallback: number,
+    allowInfinity: boolean,
+  ): number => {
+    const flagValue = (values as Record<string, unknown>)[flag];
+    if (typeof flagValue === 'string') return parseDuration(`--${flag}`, flagValue, { allowInfinity });
+    const v = file[key];
+    if (v === undefined) return fallback;
+    if (typeof v === 'number' && v >= 0) return v; // ms in a config file
+    return parseDuration(label(key), asStringOrNumber(label(key), v), { allowInfinity });
+  };
+  const maxQueueTimeMs = durationOf('max-queue-time', 'maxQueueTime', Number.POSITIVE_INFINITY, true);
+  const timeoutMs = durationOf('timeout', 'timeout', 60_000, true);
+  if (timeoutMs === 0) throw new CliError('Expected --timeout to be more than 0 (or `inf` for none)');
+
+  // Input and output.
+  const outText =
+    values.out ?? (file.out === undefined ? undefined : asStringOrNumber(label('out'), file.out));
+  let out: string;
+  if (outText !== undefined)
+    out = values.out !== undefined ? resolve(cwd, outText) : resolve(fileDir, outText);
+  else if (input === '-') throw new CliError('Reading requests from stdin needs --out <results.jsonl>');
+  else out = defaultOut(input);
+  if (input !== '-' && resolve(out) === resolve(input)) {
+    throw new CliError('--out must not be the requests file itself');
+  }
+  const bodiesText =
+    values['bodies-dir'] ?? (file.bodiesDir === undefined ? undefined : String(file.bodiesDir));
+  const bodiesDir =
+    bodiesText === undefined
+      ? `${out.replace(/\.jsonl$/, '')}.bodies`
+      : resolve(values['bodies-dir'] !== undefined ? cwd : fileDir, bodiesText);
+  const inlineText =
+    values['max-inline-body'] ?? (file.maxInlineBody === undefined ? undefined : String(file.maxInlineBody));
+  const maxInlineBodyBytes =
+    inlineText === undefined
+      ? 64 * 1024
+      : parseBytes(
+          values['max-inline-body'] !== undefined ? '--max-inline-body' : label('maxInlineBody'),
+          inlineText,
+        );
+
+  const baseText = values['base-url'] ?? (file.baseUrl === undefined ? undefined : String(file.baseUrl));
+  let baseUrl: URL | undefined;
+  if (baseText !== undefined) {
+    try {
+      baseUrl = new URL(baseText);
+    } catch {
+      throw new CliError(
+        `Expected --base-url to be an absolute URL like https://api.example.com/, got \`${baseText}\``,
+      );
+    }
+  }
+  const headers: Record<string, string> = {};
+  if (file.headers !== undefined) {
+    if (!isRecord(file.headers))
+      throw new CliError(`Expected ${label('headers')} to be an object of strings`);
+    for (const [k, v] of Object.entries(file.headers))
+      headers[k.toLowerCase()] = asStringOrNumber(label(`headers.${k}`), v);
+  }
+  for (const text of values.header ?? []) {
+    const [k, v] = parseHeader(text);
+    headers[k.toLowerCase()] = v;
+  }
+  const keepHeaders = [
+    ...(values['keep-header'] ?? []),
+    ...(file.keepHeaders === undefined
+      ? []
+      : asList(file.keepHeaders).map((h) => asStringOrNumber(label('keepHeaders'), h))),
+  ].map((h) => h.toLowerCase());
+
+  const windowText =
+    values.window ?? (file.window === undefined ? undefined : asStringOrNumber(label('window'), file.window));
+  const window =
+    windowText === undefined
+      ? 256
+      : parseInteger(values.window !== undefined ? '--window' : label('window'), windowText, 1);
+
+  const progressText = values.progress ?? (file.progress === undefined ? 'auto' : String(file.progress));
+  if (!['auto', 'bar', 'plain', 'none'].includes(progressText)) {
+    throw new CliError(`Expected --progress to be auto, bar, plain or none, got \`${progressText}\``);
+  }
+  const strict =
+    values.strict ?? (file.strict === undefined ? false : asBoolean(label('strict'), file.strict));
+  const retryFailed =
+    values['retry-failed'] ??
+    (file.retryFailed === undefined ? false : asBoolean(label('retryFailed'), file.retryFailed));
+  const perHost =
+    values['per-host'] ?? (file.perHost === undefined ? false : asBoolean(label('perHost'), file.perHost));
+  const redis =
+    values.redis ?? (file.redis === undefined ? undefined : asStringOrNumber(label('redis'), file.redis));
+
+  const config: RunConfig = {
+    input,
+    out,
+    limits,
+    perHost,
+    budgets,
+    ledger,
+    headerAdapt,
+    adapt: file.adapt as GateOptions['adapt'] | undefined,
+    maxQueueTimeMs,
+    maxQueue: Math.max(10_000, window + 1),
+    redis,
+    strict,
+    retryFailed,
+    timeoutMs,
+    priceMicros,
+    pricing: {
+      priceHeader: priceHeader?.toLowerCase(),
+      price,
+      reconcileTokens: limits.some((l) => (l.unit ?? 'requests') === 'tokens'),
+    },
+    baseUrl,
+    headers,
+    window,
+    progress: progressText as ProgressMode,
+    bodiesDir,
+    maxInlineBodyBytes,
+    keepHeaders,
+  };
+  return { help: false, config, warnings };
+}

@@ -1,0 +1,547 @@
+/**
+ * `tollgate run`: a JSONL file of HTTP requests through one gate, one JSONL result per request.
+ *
+ * The producer reads the input lazily and feeds a p-queue whose size bounds the requests held in
+ * memory (`window`): it reads the next line only when fewer than `window` requests wait, so a file of
+ * any size costs one read chunk plus the window. The gate does all the throttling (limits, provider
+ * headers, budgets); p-queue only keeps the reader from running ahead.
+ *
+ * Results are appended and flushed as each request finishes. Requests that were not sent (Ctrl-C,
+ * a budget stop) get no result, so a re-run with the same output skips what is done and sends the
+ * rest.
+ */
+import { createHash } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import PQueue from 'p-queue';
+import {
+  AbortedError,
+  BudgetExceededError,
+  type BudgetSpend,
+  formatMicros,
+  type Inspection,
+  isTollgateError,
+  RateLimitedError,
+  type ScheduleOptions,
+} from '../index.js';
+import { CliError } from './cli-error.js';
+import { ExitCode, type ExitCodeValue } from './exit-codes.js';
+import { type GateConfig, setUpGate } from './gate-setup.js';
+import { bodyText, type Fetched, inspect, type Pricing, send } from './http-call.js';
+import { IdealSchedule } from './ideal-schedule.js';
+import { readFileLines, readLines } from './jsonl.js';
+import { createProgress, type ProgressMode, type ProgressState } from './progress.js';
+import { MalformedLineError, parseRequestLine, type RequestSpec } from './request-line.js';
+import { ResultWriter, readCompleted } from './results-file.js';
+
+export interface RunConfig extends GateConfig {
+  /** A JSONL file, or `-` for stdin (no total, no ETA). */
+  readonly input: string;
+  readonly out: string;
+  /** A malformed line stops the run (before anything is sent, for a file) instead of being skipped. */
+  readonly strict: boolean;
+  /** On resume, send again the ids whose last result failed (a new line is appended; the last line wins). */
+  readonly retryFailed: boolean;
+  /** Per attempt. */
+  readonly timeoutMs: number;
+  /** Default money estimate per request (a line's `price` wins). */
+  readonly priceMicros: number | undefined;
+  readonly pricing: Pricing;
+  readonly baseUrl: URL | undefined;
+  /** Added to every request (a line's own headers win). */
+  readonly headers: Readonly<Record<string, string>>;
+  /** Most requests read ahead of their results (the p-queue bound). */
+  readonly window: number;
+  readonly progress: ProgressMode;
+  /** Where bodies too large or not text are written. */
+  readonly bodiesDir: string;
+  readonly maxInlineBodyBytes: number;
+  /** Response headers kept in results besides the usual ones (lower case). */
+  readonly keepHeaders: readonly string[];
+}
+
+/** One HTTP attempt, for charts. Times on the gate's clock (epoch-scale ms). */
+export interface AttemptRecord {
+  readonly id: string;
+  readonly startedAt: number;
+  readonly endedAt: number;
+  /** Undefined when no response arrived (network error, timeout, abort). */
+  readonly status: number | undefined;
+}
+
+export interface RunHooks {
+  /** Label in front of the progress line. @default 'tollgate' */
+  readonly label?: string;
+  onAttempt?(attempt: AttemptRecord): void;
+  onPause?(pause: { at: number; untilMs: number; key: string | undefined; reason: string }): void;
+  onResult?(result: { id: string; at: number; ok: boolean; priceMicros: number | undefined }): void;
+}
+
+export interface RunSignals {
+  /** Stop taking new requests; queued ones are dropped (no result), in-flight ones finish. */
+  readonly stop?: AbortSignal;
+  /** Abort in-flight requests too (no result for them). */
+  readonly kill?: AbortSignal;
+}
+
+export interface RunReport {
+  readonly input: string;
+  readonly out: string;
+  /** Requests to do in this run, from the first pass (undefined for stdin). */
+  readonly toDo: number | undefined;
+  /** Valid request lines read in this run (including those already done). */
+  readonly read: number;
+  /** Already in the output: not sent again. */
+  readonly skipped: number;
+  readonly malformed: number;
+  /** The first malformed lines' messages. */
+  readonly malformedMessages: readonly string[];
+  /** Requests whose first attempt started. */
+  readonly sent: number;
+  /** Results written in this run. */
+  readonly finished: number;
+  readonly ok: number;
+  readonly failed: number;
+  /** Requests that needed more than one attempt. */
+  readonly retried: number;
+  readonly attempts: number;
+  readonly throttled: number;
+  readonly serverErrors: number;
+  readonly pauses: number;
+  /** Time during which some partition was paused (ms, overlapping pauses counted once). */
+  readonly pausedMs: number;
+  /** Read but not sent (stopped by Ctrl-C, a budget, or --strict), or aborted in flight. */
+  readonly notSent: number;
+  readonly budgetStop: BudgetExceededError | undefined;
+  readonly interrupted: boolean;
+  readonly killed: boolean;
+  /** --strict stopped at this malformed line (stdin input only; files are checked before sending). */
+  readonly strictStop: string | undefined;
+  readonly spend: readonly BudgetSpend[];
+  readonly ledger: string | undefined;
+  readonly wallMs: number;
+  /** From the first request's start to the last result (ms). */
+  readonly activeMs: number;
+  /** Least first-to-last-start span the configured limits allow for the requests sent; undefined without a rate limit. */
+  readonly minimumMs: number | undefined;
+  readonly exitCode: ExitCodeValue;
+}
+
+const usualHeaders =
+  /^(content-type|date|etag|last-modified|location|retry-after|retry-after-ms|x-request-id|request-id)$/;
+const limitHeaders = /ratelimit|rate-limit|quota|cost|call-limit|throttl/;
+const textType = /json|text\/|xml|javascript|x-www-form-urlencoded|csv|yaml/i;
+const maxMalformedMessages = 20;
+
+function keptHeaders(headers: Headers, extra: readonly string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  headers.forEach((value, name) => {
+    if (usualHeaders.test(name) || limitHeaders.test(name) || extra.includes(name)) out[name] = value;
+  });
+  return out;
+}
+
+/** A file name for an id: readable when short and plain, hashed otherwise (ids are unique, so are names). */
+function fileNameFor(idKey: string): string {
+  if (/^[\w.-]{1,100}$/.test(idKey) && !idKey.startsWith('.')) return idKey;
+  return `id-${createHash('sha256').update(idKey).digest('hex').slice(0, 32)}`;
+}
+
+function errorCode(error: unknown): string {
+  if (isTollgateError(error)) return error.code;
+  if (error instanceof Error) {
+    if (error.name === 'TimeoutError') return 'ETIMEDOUT';
+    const cause = (error as { cause?: { code?: unknown } }).cause;
+    if (cause !== undefined && typeof cause.code === 'string') return cause.code;
+    if (error.name === 'TypeError') return 'ERR_NETWORK';
+  }
+  return 'ERR_UNKNOWN';
+}
+
+function errorMessage(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const cause = (error as { cause?: unknown }).cause;
+  return cause instanceof Error && cause.message !== error.message
+    ? `${error.message}: ${cause.message}`
+    : error.message;
+}
+
+/** The first pass over a file: lines to do (for the total) and, with --strict, every line checked. */
+async function prepass(
+  config: RunConfig,
+  completed: ReadonlySet<string>,
+): Promise<{ total: number; problems: string[]; problemCount: number }> {
+  let total = 0;
+  const problems: string[] = [];
+  let problemCount = 0;
+  const seen = new Map<string, number>();
+  for await (const line of readFileLines(config.input)) {
+    if (config.strict) {
+      try {
+        const request = parseRequestLine(line.text, line.number, config.baseUrl);
+        const first = seen.get(request.idKey);
+        if (first !== undefined) {
+          throw new MalformedLineError(
+            line.number,
+            `duplicate id ${JSON.stringify(request.idKey)} (first at line ${first})`,
+          );
+        }
+        seen.set(request.idKey, line.number);
+        if (!completed.has(request.idKey)) total++;
+      } catch (error) {
+        if (!(error instanceof MalformedLineError)) throw error;
+        problemCount++;
+        if (problems.length < maxMalformedMessages) problems.push(error.message);
+      }
+      continue;
+    }
+    try {
+      const id = (JSON.parse(line.text) as { id?: unknown }).id;
+      if (!completed.has(String(id))) total++;
+    } catch {
+      total++;
+    }
+  }
+  return { total, problems, problemCount };
+}
+
+export async function runBatch(
+  config: RunConfig,
+  signals: RunSignals = {},
+  hooks: RunHooks = {},
+): Promise<RunReport> {
+  const began = performance.now();
+  const previous = await readCompleted(config.out);
+  const completed = config.retryFailed ? previous.succeeded : previous.ids;
+
+  let total: number | undefined;
+  if (config.input !== '-') {
+    const pass = await prepass(config, completed);
+    if (pass.problemCount > 0) {
+      const more =
+        pass.problemCount > pass.problems.length
+          ? `\n  … and ${pass.problemCount - pass.problems.length} more`
+          : '';
+      throw new CliError(
+        `--strict: ${pass.problemCount} malformed line(s) in ${config.input}; nothing was sent:\n  ${pass.problems.join('\n  ')}${more}`,
+      );
+    }
+    total = pass.total;
+  }
+
+  const run = await setUpGate(config);
+  const { gate } = run;
+  const writer = new ResultWriter(config.out);
+  const progress = createProgress(config.progress, hooks.label ?? 'tollgate');
+  const ideal = new IdealSchedule(config.limits, config.perHost);
+  const baseHeaders = new Headers(config.headers);
+  const queue = new PQueue({ concurrency: config.window });
+
+  // Our own stop: Ctrl-C from the caller, a budget stop, or --strict on stdin.
+  const halt = new AbortController();
+  const kill = new AbortController();
+  // Every queued call listens to `halt` and every attempt to `kill`: thousands of listeners is expected.
+  setMaxListeners(0, halt.signal, kill.signal);
+  const onStop = () => halt.abort(new Error('stopped'));
+  const onKill = () => {
+    halt.abort(new Error('stopped'));
+    kill.abort(new Error('aborted'));
+  };
+  signals.stop?.addEventListener('abort', onStop, { once: true });
+  signals.kill?.addEventListener('abort', onKill, { once: true });
+  if (signals.stop?.aborted) onStop();
+  if (signals.kill?.aborted) onKill();
+
+  let read = 0;
+  let skipped = 0;
+  let malformed = 0;
+  const malformedMessages: string[] = [];
+  let sent = 0;
+  let finished = 0;
+  let ok = 0;
+  let failed = 0;
+  let retried = 0;
+  let attemptsTotal = 0;
+  let throttled = 0;
+  let serverErrors = 0;
+  let pauses = 0;
+  let pausedMs = 0;
+  let pausedUntil = 0;
+  let notSent = 0;
+  let budgetStop: BudgetExceededError | undefined;
+  let strictStop: string | undefined;
+  let readerStopped = false;
+  let fatal: unknown;
+  let firstStart: number | undefined;
+  let lastDone = 0;
+
+  const disposePause = gate.onPause((event) => {
+    pauses++;
+    const now = gate.now();
+    // Overlapping pauses are counted once: only the part beyond what is already paused adds.
+    pausedMs += Math.max(0, event.untilMs - Math.max(now, pausedUntil));
+    pausedUntil = Math.max(pausedUntil, event.untilMs);
+    hooks.onPause?.({ at: now, untilMs: event.untilMs, key: event.key, reason: event.reason });
+  });
+
+  const currency = run.guard?.currency ?? 'usd';
+  let spentThisRun = 0;
+  const state = (): ProgressState => {
+    const elapsedSec = firstStart === undefined ? 0 : (gate.now() - firstStart) / 1000;
+    let spend = '';
+    if (run.guard !== undefined) {
+      const first = gate.spend()[0];
+      if (first !== undefined) {
+        const held =
+          first.reservedMicros > 0 ? ` (+${formatMicros(first.reservedMicros, currency)} reserved)` : '';
+        spend = `${formatMicros(first.spentMicros, currency)}${held} of ${formatMicros(first.limitMicros, currency)}`;
+      }
+    } else if (spentThisRun > 0) spend = formatMicros(spentThisRun, currency);
+    return {
+      done: finished,
+      total,
+      ratePerSec: elapsedSec > 0.5 ? finished / elapsedSec : 0,
+      spend,
+      pauses,
+      throttled,
+      failed,
+    };
+  };
+  const refresh = () => progress.update(state());
+
+  const noteMalformed = (message: string) => {
+    malformed++;
+    if (malformedMessages.length < maxMalformedMessages) malformedMessages.push(message);
+    progress.log(`skipped ${message}`);
+  };
+
+  const bodyFields = (fetched: Fetched, request: RequestSpec): Record<string, unknown> => {
+    if (fetched.bytes.length === 0) return {};
+    const type = fetched.headers.get('content-type') ?? '';
+    const textual = type === '' || textType.test(type);
+    if (textual && fetched.bytes.length <= config.maxInlineBodyBytes) {
+      const json = fetched.json();
+      return { body: json !== undefined ? json : bodyText(fetched) };
+    }
+    mkdirSync(config.bodiesDir, { recursive: true });
+    const path = join(config.bodiesDir, fileNameFor(request.idKey));
+    writeFileSync(path, fetched.bytes);
+    return { bodyFile: relative(dirname(config.out), path), bodyBytes: fetched.bytes.length };
+  };
+
+  const processOne = async (request: RequestSpec): Promise<void> => {
+    const key = request.key ?? request.url.origin;
+    const estimate = request.priceMicros ?? config.priceMicros;
+    const t0 = gate.now();
+    let attempts = 0;
+    let busyMs = 0;
+    let lastStatus: number | undefined;
+    let lastInspection: Inspection | undefined;
+    const fn = async (): Promise<Fetched> => {
+      attempts++;
+      attemptsTotal++;
+      const startedAt = gate.now();
+      if (attempts === 1) {
+        sent++;
+        firstStart ??= startedAt;
+        ideal.add(request.cost, key);
+      }
+      let status: number | undefined;
+      try {
+        const signal = Number.isFinite(config.timeoutMs)
+          ? AbortSignal.any([kill.signal, AbortSignal.timeout(config.timeoutMs)])
+          : kill.signal;
+        const fetched = await send(request, baseHeaders, signal);
+        status = fetched.status;
+        return fetched;
+      } finally {
+        const endedAt = gate.now();
+        busyMs += endedAt - startedAt;
+        lastStatus = status;
+        if (status === 429) throttled++;
+        else if (status !== undefined && status >= 500) serverErrors++;
+        hooks.onAttempt?.({ id: request.idKey, startedAt, endedAt, status });
+      }
+    };
+    const options: ScheduleOptions = {
+      key,
+      signal: halt.signal,
+      inspect: (fetched: Fetched) => {
+        lastInspection = inspect(fetched, request.method, config.pricing);
+        return lastInspection;
+      },
+    };
+    if (request.cost !== undefined) options.cost = request.cost;
+    if (request.priority !== undefined) options.priority = request.priority;
+    if (estimate !== undefined) options.priceMicros = estimate;
+
+    let result: Record<string, unknown>;
+    let priceMicros: number | undefined;
+    let success = false;
+    try {
+      const fetched = await gate.schedule(fn, options);
+      const at = gate.now();
+      success = fetched.status < 400;
+      priceMicros = lastInspection?.actualPriceMicros ?? estimate;
+      result = {
+        id: request.id,
+        line: request.line,
+        status: fetched.status,
+        ok: success,
+        attempts,
+        waitedMs: Math.max(0, Math.round(at - t0 - busyMs)),
+        durationMs: Math.round(at - t0),
+        headers: keptHeaders(fetched.headers, config.keepHeaders),
+        ...bodyFields(fetched, request),
+      };
+    } catch (error) {
+      if (error instanceof BudgetExceededError) {
+        notSent++;
+        if (budgetStop === undefined) {
+          budgetStop = error;
+          // Stop reading; calls already admitted hold their reservations and still run.
+          readerStopped = true;
+          progress.log(
+            `budget reached: ${error.message}. Requests already admitted still run; no new ones are read.`,
+          );
+        }
+        return;
+      }
+      if (error instanceof AbortedError || (kill.signal.aborted && errorCode(error) !== 'ETIMEDOUT')) {
+        // Not sent, or cut off by a second Ctrl-C: no result, so a re-run sends it.
+        notSent++;
+        return;
+      }
+      const at = gate.now();
+      const status = error instanceof RateLimitedError ? error.status : lastStatus;
+      result = {
+        id: request.id,
+        line: request.line,
+        ...(status === undefined ? {} : { status }),
+        ok: false,
+        attempts,
+        waitedMs: Math.max(0, Math.round(at - t0 - busyMs)),
+        durationMs: Math.round(at - t0),
+        error: { code: errorCode(error), message: errorMessage(error) },
+      };
+      // A network error may have reached the provider: the gate charged the estimate.
+      priceMicros = attempts > 0 ? estimate : undefined;
+    }
+    if (attempts > 1) retried++;
+    if (request.cost !== undefined || priceMicros !== undefined) {
+      const cost: Record<string, unknown> = {};
+      if (request.cost !== undefined) cost['units'] = request.cost;
+      if (priceMicros !== undefined) {
+        cost['priceMicros'] = priceMicros;
+        cost['price'] = formatMicros(priceMicros, currency);
+        spentThisRun += priceMicros;
+      }
+      result['cost'] = cost;
+    }
+    writer.write(result);
+    finished++;
+    if (success) ok++;
+    else failed++;
+    lastDone = gate.now();
+    hooks.onResult?.({ id: request.idKey, at: lastDone, ok: success, priceMicros });
+    refresh();
+  };
+
+  const seen = new Map<string, number>();
+  let spend: readonly BudgetSpend[] = [];
+  try {
+    const source = config.input === '-' ? readLines(process.stdin) : readFileLines(config.input);
+    for await (const line of source) {
+      if (halt.signal.aborted || readerStopped) break;
+      let request: RequestSpec;
+      try {
+        request = parseRequestLine(line.text, line.number, config.baseUrl);
+        const first = seen.get(request.idKey);
+        if (first !== undefined) {
+          throw new MalformedLineError(
+            line.number,
+            `duplicate id ${JSON.stringify(request.idKey)} (first at line ${first})`,
+          );
+        }
+      } catch (error) {
+        if (!(error instanceof MalformedLineError)) throw error;
+        noteMalformed(error.message);
+        if (config.strict) {
+          strictStop = error.message;
+          halt.abort(error);
+          break;
+        }
+        continue;
+      }
+      seen.set(request.idKey, line.number);
+      read++;
+      if (completed.has(request.idKey)) {
+        skipped++;
+        continue;
+      }
+      // The bound: read on only when every request read so far has a slot (at most `window` at once).
+      await queue.onSizeLessThan(1);
+      if (halt.signal.aborted || readerStopped) {
+        notSent++;
+        break;
+      }
+      queue
+        .add(() => processOne(request))
+        .catch((error: unknown) => {
+          // Only writing the result can fail here (a full disk): stop everything, report it.
+          fatal ??= error;
+          halt.abort(error);
+          kill.abort(error);
+        });
+    }
+    await queue.onIdle();
+  } finally {
+    queue.clear();
+    disposePause();
+    signals.stop?.removeEventListener('abort', onStop);
+    signals.kill?.removeEventListener('abort', onKill);
+    progress.stop(state());
+    writer.close();
+    if (run.guard !== undefined) spend = gate.spend();
+    await run.close();
+  }
+  if (fatal !== undefined) throw fatal;
+
+  const interrupted = (signals.stop?.aborted ?? false) || (signals.kill?.aborted ?? false);
+  let exitCode: ExitCodeValue = ExitCode.ok;
+  if (failed > 0 || malformed > 0) exitCode = ExitCode.partial;
+  if (strictStop !== undefined) exitCode = ExitCode.usage;
+  if (budgetStop !== undefined) exitCode = ExitCode.budget;
+  if (interrupted) exitCode = ExitCode.interrupted;
+  return {
+    input: config.input,
+    out: config.out,
+    toDo: total,
+    read,
+    skipped,
+    malformed,
+    malformedMessages,
+    sent,
+    finished,
+    ok,
+    failed,
+    retried,
+    attempts: attemptsTotal,
+    throttled,
+    serverErrors,
+    pauses,
+    pausedMs,
+    notSent,
+    budgetStop,
+    interrupted,
+    killed: signals.kill?.aborted ?? false,
+    strictStop,
+    spend,
+    ledger: run.ledgerLabel,
+    wallMs: performance.now() - began,
+    activeMs: firstStart === undefined ? 0 : lastDone - firstStart,
+    minimumMs: ideal.bounded ? ideal.minimumMs : undefined,
+    exitCode,
+  };
+}

@@ -1,0 +1,102 @@
+/** The end-of-run summary of `tollgate run`, as plain text lines. */
+import { relative } from 'node:path';
+import { formatMicros } from '../index.js';
+import { ExitCode } from './exit-codes.js';
+import type { RunReport } from './runner.js';
+
+export function formatMs(ms: number): string {
+  if (!Number.isFinite(ms)) return '∞';
+  if (ms < 1_000) return `${Math.round(ms)} ms`;
+  if (ms < 120_000) return `${(ms / 1000).toFixed(1)} s`;
+  const m = Math.floor(ms / 60_000);
+  if (m < 120) return `${m} min ${Math.round((ms % 60_000) / 1000)} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+function plural(n: number, one: string, many = `${one}s`): string {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
+function shortPath(path: string): string {
+  const rel = relative(process.cwd(), path);
+  return rel.startsWith('..') || rel === '' ? path : rel;
+}
+
+/** One line per topic: requests, attempts, spend, time, outcome. */
+export function formatSummary(report: RunReport): string {
+  const lines: string[] = [];
+  const input = report.input === '-' ? 'stdin' : shortPath(report.input);
+  lines.push(`Summary: ${input} → ${shortPath(report.out)}`);
+
+  const req = [`${report.sent} sent`, `${report.ok} ok`, `${report.failed} failed`];
+  if (report.skipped > 0) req.unshift(`${report.skipped} already done (skipped)`);
+  if (report.notSent > 0) req.push(`${report.notSent} not sent`);
+  if (report.malformed > 0) req.push(`${plural(report.malformed, 'malformed line')} skipped`);
+  lines.push(`  requests   ${req.join(' · ')}`);
+
+  const att = [
+    plural(report.attempts, 'attempt'),
+    `${plural(report.retried, 'request')} retried`,
+    `${report.throttled} × 429`,
+  ];
+  if (report.serverErrors > 0) att.push(`${report.serverErrors} × 5xx`);
+  att.push(
+    `${plural(report.pauses, 'pause')}${report.pauses > 0 ? ` (${formatMs(report.pausedMs)} paused)` : ''}`,
+  );
+  lines.push(`  attempts   ${att.join(' · ')}`);
+
+  if (report.spend.length > 0) {
+    for (const s of report.spend) {
+      const reset = Number.isFinite(s.resetAt) ? new Date(s.resetAt).toISOString() : 'never';
+      const reserved =
+        s.reservedMicros > 0 ? ` (+${formatMicros(s.reservedMicros, s.currency)} reserved)` : '';
+      lines.push(
+        `  spend      ${formatMicros(s.spentMicros, s.currency)}${reserved} of ${formatMicros(s.limitMicros, s.currency)} ` +
+          `(budget \`${s.budgetId}\`, ${s.period}; resets ${reset})`,
+      );
+    }
+    if (report.ledger !== undefined) {
+      lines.push(
+        `  ledger     ${report.ledger === 'memory' ? 'memory (not kept)' : shortPath(report.ledger)}`,
+      );
+    }
+  }
+
+  let time = `  wall time  ${formatMs(report.wallMs)}`;
+  if (report.sent > 0) time += ` (first start to last result ${formatMs(report.activeMs)})`;
+  if (report.minimumMs !== undefined && report.sent > 1) {
+    time += `; your limits allow no less than ${formatMs(report.minimumMs)}`;
+    if (report.minimumMs > 0 && report.activeMs > 0) {
+      time += ` (${Math.round((100 * report.minimumMs) / report.activeMs)}% of the ideal pace)`;
+    }
+  } else if (report.sent > 1) time += '; no rate limit configured';
+  lines.push(time);
+
+  lines.push(`  exit ${report.exitCode}     ${outcome(report)}`);
+  return lines.join('\n');
+}
+
+function outcome(report: RunReport): string {
+  switch (report.exitCode) {
+    case ExitCode.interrupted:
+      return `interrupted${report.killed ? ' (requests in flight aborted)' : ''}: ${plural(report.finished, 'result')} written; run the same command again to resume`;
+    case ExitCode.budget: {
+      const b = report.budgetStop!;
+      const reset = Number.isFinite(b.resetAt) ? new Date(b.resetAt).toISOString() : 'never';
+      return `stopped by budget \`${b.budgetId}\` (${formatMicros(b.spentMicros + b.reservedMicros, b.currency)} of ${formatMicros(b.limitMicros, b.currency)}): the rest was not sent; re-run after ${reset} (or \`tollgate budget reset --yes\`) to resume`;
+    }
+    case ExitCode.usage:
+      return `stopped by --strict at a malformed line: ${report.strictStop ?? ''}`;
+    case ExitCode.partial: {
+      const parts: string[] = [];
+      if (report.failed > 0)
+        parts.push(`${plural(report.failed, 'request')} failed ("ok": false in the results)`);
+      if (report.malformed > 0) parts.push(`${plural(report.malformed, 'malformed line')} skipped`);
+      return `partial failure: ${parts.join('; ')}${report.failed > 0 ? '; re-run with --retry-failed to send them again' : ''}`;
+    }
+    default:
+      return report.finished === 0 && report.skipped > 0
+        ? 'nothing to do: every request already has a result'
+        : 'done: every request has a successful result';
+  }
+}
