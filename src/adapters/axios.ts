@@ -1,0 +1,463 @@
+/**
+ * `tollgate/axios`: `throttleAxios(instance, gate)` sends every request of an axios instance through
+ * the gate. axios stays an optional peer: this module imports its types only and takes what it
+ * needs at run time from the instance (or the `axios` option).
+ *
+ * ## Design: an adapter wrapper, installed by one request interceptor
+ *
+ * A request interceptor replaces `config.adapter` (whatever it resolved to: the instance default, a
+ * per-request adapter, a mock adapter) with a wrapper that calls the real adapter inside
+ * `gate.schedule`. Why not an interceptor pair (wait in a request interceptor, observe in a
+ * response interceptor):
+ * - **Retries.** The gate retries a throttled call by calling `fn` again. Inside the adapter, `fn`
+ *   is "send this exact, already-transformed config once more": no interceptor runs twice (no
+ *   second auth refresh, no double logging), `transformRequest` is not re-applied, the gate's
+ *   partition accounting sees one call. An interceptor pair would have to re-enter
+ *   `instance.request()` and every interceptor with it.
+ * - **Only sent requests are counted.** The wait happens after every request interceptor (which may
+ *   still fail or rewrite the URL, the headers, the adapter) and just before the socket.
+ * - **Errors stay axios' errors.** The real adapter builds the response or the `AxiosError`
+ *   (applying the caller's `validateStatus`) as without tollgate; `dispatchRequest` then runs
+ *   `transformResponse` on exactly the response that is returned or attached to the error.
+ *   The gate sees throttled responses either way: a non-2xx that `validateStatus` rejects arrives
+ *   as an `AxiosError` carrying `response`, which the wrapper hands to the gate's `inspect` as a
+ *   value (no `validateStatus` rewriting needed, and a custom `validateStatus` keeps working).
+ *
+ * ## Semantics
+ * - **Cancellation while queued** (`signal` or `CancelToken`) rejects with axios' own
+ *   `CanceledError` (`axios.isCancel(error)` is true, `code` `ERR_CANCELED`): the gate rejects the
+ *   queued call with `AbortedError`, and axios' `dispatchRequest`, seeing the request cancelled,
+ *   replaces any adapter rejection with its `CanceledError` (for a CancelToken: the token's reason).
+ *   Nothing is sent. Existing cancellation handling keeps working unchanged. Cancellation in flight
+ *   is the adapter's own, as without tollgate.
+ * - **A 429 the gate gives up on** (attempts exhausted, a Retry-After beyond `maxRetryAfterMs`, a
+ *   retry that cannot restart before `maxQueueTimeMs`) rejects with the **`AxiosError` of the last
+ *   attempt, `response` attached** (status 429, headers, transformed data), exactly as axios would
+ *   have rejected it, with the gate's `RateLimitedError` (`retryAt`, `attempts`) as its `cause`.
+ *   Code that inspects `error.response.status` keeps working; code that wants the retry time reads
+ *   `error.cause`. (If the caller's `validateStatus` accepts 429, the 429 response resolves, as in axios.)
+ * - **Other statuses and network errors** are returned or rejected unchanged. Refusals before
+ *   sending (`QueueTimeoutError`, `QueueFullError`, `BudgetExceededError`, `GateClosedError`,
+ *   `InvalidOptionError` for a bad `config.tollgate`) reject with tollgate's typed errors.
+ * - **Config is preserved**: the wrapper passes the config it receives, untouched, to the real
+ *   adapter (baseURL, params, headers, auth, timeouts, proxies, `responseType`, `env`).
+ * - **Non-replayable bodies** (a stream as `data`) are marked not retryable: a 429 on one rejects
+ *   as above instead of re-sending an empty stream.
+ */
+import type {
+  AxiosAdapter,
+  AxiosInstance,
+  AxiosResponse,
+  AxiosStatic,
+  CancelToken,
+  InternalAxiosRequestConfig,
+} from 'axios';
+import { isTollgateError } from '../errors.js';
+import type { Inspection, ScheduleOptions } from '../gate/gate.js';
+import type { HeadersLike } from '../headers/headers-like.js';
+import { invalid } from '../validate.js';
+import {
+  type ActualCost,
+  applyRequestOptions,
+  checkErrorBody,
+  checkGate,
+  checkOptions,
+  checkPrice,
+  costOrUndefined,
+  type ErrorBodyOptions,
+  type GateLike,
+  isJsonContentType,
+  mergeRequestOptions,
+  type NormalizedErrorBody,
+  optionalFn,
+  parseJson,
+  priceOrUndefined,
+  safely,
+  type TollgateRequestOptions,
+} from './request-options.js';
+
+declare module 'axios' {
+  interface AxiosRequestConfig {
+    /** tollgate's per-request options (cost, key, priority, maxQueueTimeMs, priceMicros), read by `throttleAxios`. */
+    tollgate?: TollgateRequestOptions;
+  }
+}
+
+type AdapterSetting = InternalAxiosRequestConfig['adapter'];
+
+export interface ThrottleAxiosOptions {
+  /**
+   * The axios default export, whose `getAdapter` resolves adapter *names* (`'http'`, `'fetch'`,
+   * axios' default `['xhr', 'http', 'fetch']`). Not needed when `instance` is the default export
+   * itself, or when every request's adapter is a function.
+   * @example throttleAxios(axios.create({ baseURL }), gate, { axios })
+   */
+  axios?: Pick<AxiosStatic, 'getAdapter'>;
+  /**
+   * Partition key of a request. Return undefined for the gate's default partition. Hash anything
+   * secret with `hashKey`.
+   * @default the origin (scheme, host, port) of the request's full URL (`baseURL` + `url`)
+   */
+  key?: (config: InternalAxiosRequestConfig) => string | undefined;
+  /** Per-request defaults (cost, key, priority, ...); `config.tollgate` overrides them field by field. */
+  requestOptions?: (config: InternalAxiosRequestConfig) => TollgateRequestOptions | undefined;
+  /**
+   * Units the response says were used (e.g. `{ tokens: response.data.usage.total_tokens }`), to
+   * settle the reservation. Called for every attempt's response (429s included) before
+   * `transformResponse` runs: `data` is given JSON-parsed when the response is JSON text.
+   * A hook that throws counts as no answer.
+   */
+  actualCost?: (response: AxiosResponse) => ActualCost | undefined | Promise<ActualCost | undefined>;
+  price?: {
+    /** Estimated price in integer micro-units, reserved on the gate's budgets before queueing. */
+    estimate?: (config: InternalAxiosRequestConfig) => number | undefined;
+    /** Actual price in integer micro-units (e.g. from a price header), settling the budget. */
+    actual?: (response: AxiosResponse) => number | undefined | Promise<number | undefined>;
+  };
+  /**
+   * Error responses (status >= 400) with JSON bodies up to `maxBytes` are handed to the gate for
+   * body-borne limits. axios has already read the body, so `timeoutMs` does not apply. `false`
+   * disables it.
+   * @default { maxBytes: 65_536 }
+   */
+  errorBody?: false | ErrorBodyOptions;
+}
+
+const knownOptions = ['axios', 'key', 'requestOptions', 'actualCost', 'price', 'errorBody'] as const;
+// axios' own default when neither the request nor the instance names an adapter.
+const axiosDefaultAdapters = ['xhr', 'http', 'fetch'];
+// Marks the adapters a registration installed, so a config sent again (axios-retry re-sends the
+// same config) is not wrapped, and counted, twice.
+const installedBy = Symbol('tollgate.axios.registration');
+
+type ConfigHook<T> = (config: InternalAxiosRequestConfig) => T;
+type ResponseHook<T> = (response: AxiosResponse) => T | Promise<T>;
+
+/** One attempt's answer: the response, and the AxiosError axios rejected it with (non-2xx by `validateStatus`). */
+interface Outcome {
+  readonly response: AxiosResponse;
+  readonly error?: unknown;
+}
+
+/**
+ * Throttle every request of `instance` through `gate`. Returns a dispose function that removes the
+ * throttling (requests already queued still complete). Options are validated here
+ * (`InvalidOptionError` naming the option).
+ *
+ * @example
+ * const dispose = throttleAxios(axios, createGate({ limits: [windowSafe(100, 60_000)] }));
+ * await axios.get('https://api.example.com/v1/things', { tollgate: { priority: 1 } });
+ */
+export function throttleAxios(
+  instance: AxiosInstance,
+  gate: GateLike,
+  options?: ThrottleAxiosOptions,
+): () => void {
+  const g = checkGate(gate);
+  if (
+    (typeof instance !== 'function' && typeof instance !== 'object') ||
+    instance === null ||
+    typeof instance.interceptors?.request?.use !== 'function'
+  ) {
+    throw invalid('instance', 'an axios instance', instance);
+  }
+  const o = checkOptions(options, knownOptions);
+  let getAdapter: AxiosStatic['getAdapter'] | undefined;
+  if (o['axios'] !== undefined) {
+    const axios = o['axios'] as Partial<AxiosStatic> | null;
+    if (typeof axios?.getAdapter !== 'function') throw invalid('axios', 'the axios default export', axios);
+    getAdapter = axios.getAdapter.bind(axios);
+  } else if (typeof (instance as Partial<AxiosStatic>).getAdapter === 'function') {
+    getAdapter = (instance as AxiosStatic).getAdapter.bind(instance);
+  }
+  if (getAdapter === undefined && typeof instance.defaults?.adapter !== 'function') {
+    throw invalid(
+      'axios',
+      'the axios default export (its getAdapter resolves adapter names such as the default ["xhr", "http", "fetch"])',
+      undefined,
+    );
+  }
+  const keyHook = optionalFn<ConfigHook<string | undefined>>('key', o['key']);
+  const requestOptionsHook = optionalFn<ConfigHook<TollgateRequestOptions | undefined>>(
+    'requestOptions',
+    o['requestOptions'],
+  );
+  const actualCostHook = optionalFn<ResponseHook<ActualCost | undefined>>('actualCost', o['actualCost']);
+  const price = checkPrice<ConfigHook<number | undefined>, ResponseHook<number | undefined>>(o['price']);
+  const errorBody = checkErrorBody(o['errorBody']);
+  const registration = {};
+
+  const resolveAdapter = (setting: AdapterSetting, config: InternalAxiosRequestConfig): AxiosAdapter => {
+    if (typeof setting === 'function') return setting;
+    if (getAdapter === undefined) {
+      throw invalid('axios', 'the axios default export, to resolve the adapter name', setting);
+    }
+    return getAdapter(setting ?? axiosDefaultAdapters, config);
+  };
+
+  const run = (config: InternalAxiosRequestConfig, setting: AdapterSetting): Promise<AxiosResponse> => {
+    let inner: AxiosAdapter;
+    const scheduleOptions: ScheduleOptions = {};
+    try {
+      inner = resolveAdapter(setting, config);
+      applyRequestOptions(
+        scheduleOptions,
+        mergeRequestOptions(requestOptionsHook?.(config), config.tollgate, 'config.tollgate'),
+      );
+      if (scheduleOptions.key === undefined) {
+        const key = keyHook === undefined ? originOfConfig(config) : keyHook(config);
+        if (key !== undefined) scheduleOptions.key = key;
+      }
+      if (scheduleOptions.priceMicros === undefined && price.estimate !== undefined) {
+        const estimate = price.estimate(config);
+        if (estimate !== undefined) scheduleOptions.priceMicros = estimate;
+      }
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const method = (config.method ?? 'get').toUpperCase();
+    const retryable = !isStreamData(config.data);
+    const cancel = cancellationOf(config);
+    if (cancel.signal !== undefined) scheduleOptions.signal = cancel.signal;
+    scheduleOptions.inspect = ((outcome: Outcome) =>
+      inspectOutcome(outcome, method, retryable, errorBody, actualCostHook, price.actual)) as (
+      result: never,
+    ) => Inspection | undefined | Promise<Inspection | undefined>;
+
+    let last: Outcome | undefined;
+    const attempt = (): Promise<Outcome> =>
+      inner(config).then(
+        (response) => {
+          last = { response };
+          return last;
+        },
+        (error: unknown) => {
+          const response = responseOf(error);
+          // No response (network error, timeout, cancellation): the gate passes the error through.
+          if (response === undefined) throw error;
+          last = { response, error };
+          return last;
+        },
+      );
+
+    return g.schedule(attempt, scheduleOptions).then(
+      (outcome) => {
+        cancel.dispose();
+        if (outcome.error !== undefined) throw outcome.error;
+        return outcome.response;
+      },
+      (error: unknown) => {
+        cancel.dispose();
+        if (last !== undefined && isTollgateError(error) && error.code === 'ERR_RATE_LIMITED') {
+          // The provider's answer, as axios would have given it, with tollgate's verdict as the cause.
+          if (last.error === undefined) return last.response;
+          attachCause(last.error, error);
+          throw last.error;
+        }
+        throw error;
+      },
+    );
+  };
+
+  const install = (config: InternalAxiosRequestConfig): InternalAxiosRequestConfig => {
+    const setting = config.adapter;
+    if (
+      typeof setting === 'function' &&
+      (setting as { [installedBy]?: object })[installedBy] === registration
+    ) {
+      return config;
+    }
+    const throttled: AxiosAdapter & { [installedBy]?: object } = (adapterConfig) =>
+      run(adapterConfig, setting);
+    throttled[installedBy] = registration;
+    config.adapter = throttled;
+    return config;
+  };
+
+  // Synchronous: adds no tick to requests when the other interceptors are synchronous too.
+  const id = instance.interceptors.request.use(install, undefined, { synchronous: true });
+  let disposed = false;
+  return () => {
+    if (disposed) return;
+    disposed = true;
+    instance.interceptors.request.eject(id);
+  };
+}
+
+function inspectOutcome(
+  outcome: Outcome,
+  method: string,
+  retryable: boolean,
+  errorBody: NormalizedErrorBody | undefined,
+  actualCostHook: ResponseHook<ActualCost | undefined> | undefined,
+  actualPriceHook: ResponseHook<number | undefined> | undefined,
+): Inspection | undefined | Promise<Inspection | undefined> {
+  const response = outcome?.response;
+  if (typeof response !== 'object' || response === null || typeof response.status !== 'number')
+    return undefined;
+  const inspection: { -readonly [K in keyof Inspection]: Inspection[K] } = {
+    status: response.status,
+    headers: (response.headers ?? {}) as unknown as HeadersLike,
+    method,
+    retryable,
+    discard: () => releaseData(response.data),
+  };
+  if (errorBody !== undefined && response.status >= 400) {
+    const body = jsonData(response, errorBody.maxBytes);
+    if (body !== undefined) inspection.body = body;
+  }
+  if (actualCostHook === undefined && actualPriceHook === undefined) return inspection;
+  // Hooks see data as the caller will (parsed JSON), though transformResponse has not run yet.
+  const parsed = jsonData(response, Infinity);
+  const view: AxiosResponse = parsed === undefined ? response : { ...response, data: parsed };
+  return Promise.all([
+    actualCostHook === undefined ? undefined : safely(() => actualCostHook(view)),
+    actualPriceHook === undefined ? undefined : safely(() => actualPriceHook(view)),
+  ]).then(([cost, priceMicros]) => {
+    const actualCost = costOrUndefined(cost);
+    if (actualCost !== undefined) inspection.actualCost = actualCost;
+    const actualPriceMicros = priceOrUndefined(priceMicros);
+    if (actualPriceMicros !== undefined) inspection.actualPriceMicros = actualPriceMicros;
+    return inspection;
+  });
+}
+
+/** The response's JSON body, parsed, if it is JSON text (or an already-parsed object) of at most `maxBytes`. */
+function jsonData(response: AxiosResponse, maxBytes: number): unknown {
+  const data: unknown = response.data;
+  if (data === null || data === undefined) return undefined;
+  if (typeof data === 'string' || data instanceof Uint8Array || data instanceof ArrayBuffer) {
+    if (!isJsonContentType(headerOf(response.headers, 'content-type'))) return undefined;
+    const bytes = typeof data === 'string' ? Buffer.byteLength(data) : data.byteLength;
+    if (bytes > maxBytes) return undefined;
+    const text =
+      typeof data === 'string'
+        ? data
+        : Buffer.from(data instanceof ArrayBuffer ? new Uint8Array(data) : data).toString('utf8');
+    return parseJson(text);
+  }
+  // An adapter (or a mock) that already parsed it; never a stream.
+  if (typeof data === 'object' && !isStreamData(data)) return data;
+  return undefined;
+}
+
+function headerOf(headers: unknown, name: string): string | undefined {
+  if (typeof headers !== 'object' || headers === null) return undefined;
+  const get = (headers as { get?: unknown }).get;
+  const value =
+    typeof get === 'function'
+      ? (get as (name: string) => unknown).call(headers, name)
+      : (headers as Record<string, unknown>)[name];
+  return typeof value === 'string' ? value : undefined;
+}
+
+function responseOf(error: unknown): AxiosResponse | undefined {
+  if (typeof error !== 'object' || error === null) return undefined;
+  const response = (error as { response?: unknown }).response;
+  return typeof response === 'object' &&
+    response !== null &&
+    typeof (response as AxiosResponse).status === 'number'
+    ? (response as AxiosResponse)
+    : undefined;
+}
+
+function attachCause(error: unknown, cause: unknown): void {
+  if (typeof error !== 'object' || error === null) return;
+  try {
+    Object.defineProperty(error, 'cause', {
+      value: cause,
+      writable: true,
+      configurable: true,
+      enumerable: false,
+    });
+  } catch {
+    // A frozen error keeps its own shape; the response it carries is what matters most.
+  }
+}
+
+/** Release a response the gate drops (a retried 429): streams are destroyed, buffered bodies need nothing. */
+function releaseData(data: unknown): void {
+  if (typeof data !== 'object' || data === null) return;
+  try {
+    const destroy = (data as { destroy?: unknown }).destroy;
+    if (typeof destroy === 'function') {
+      (destroy as () => void).call(data);
+      return;
+    }
+    const cancel = (data as { cancel?: unknown }).cancel;
+    if (typeof cancel === 'function' && typeof (data as ReadableStream).getReader === 'function') {
+      ((cancel as () => Promise<void>).call(data) as Promise<void>).catch(() => {});
+    }
+  } catch {
+    // Releasing a dropped response must not fail the call.
+  }
+}
+
+function isStreamData(data: unknown): boolean {
+  if (typeof data !== 'object' || data === null) return false;
+  return (
+    typeof (data as { pipe?: unknown }).pipe === 'function' ||
+    typeof (data as ReadableStream).getReader === 'function' ||
+    typeof (data as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function'
+  );
+}
+
+const absoluteUrl = /^([a-z][a-z\d+\-.]*:)?\/\//i;
+
+/** Origin of the URL axios will request (`buildFullPath`: an absolute `url` wins unless `allowAbsoluteUrls` is false). */
+function originOfConfig(config: InternalAxiosRequestConfig): string | undefined {
+  const url = config.url ?? '';
+  const baseURL = config.baseURL;
+  const allowAbsolute = (config as { allowAbsoluteUrls?: boolean }).allowAbsoluteUrls !== false;
+  const full =
+    baseURL && (!absoluteUrl.test(url) || !allowAbsolute)
+      ? `${baseURL.replace(/\/?\/$/, '')}/${url.replace(/^\/+/, '')}`
+      : url;
+  try {
+    const origin = new URL(full).origin;
+    return origin === 'null' ? undefined : origin;
+  } catch {
+    return undefined;
+  }
+}
+
+interface Cancellation {
+  readonly signal: AbortSignal | undefined;
+  dispose(): void;
+}
+
+const noCancellation: Cancellation = { signal: undefined, dispose: () => {} };
+
+/**
+ * One AbortSignal for the gate from axios' `signal` and/or `CancelToken`. A native signal alone is
+ * passed as it is; otherwise a controller follows both, and forgets them once the call settles.
+ */
+function cancellationOf(config: InternalAxiosRequestConfig): Cancellation {
+  const token = config.cancelToken as (CancelToken & Partial<CancelTokenListeners>) | undefined;
+  const signal = config.signal as (Partial<AbortSignal> & { aborted?: boolean }) | undefined;
+  if (token == null && signal == null) return noCancellation;
+  if (token == null && signal instanceof AbortSignal) return { signal, dispose: () => {} };
+  const controller = new AbortController();
+  const onAbort = (): void => controller.abort((signal as AbortSignal | undefined)?.reason);
+  const onCancel = (reason: unknown): void => controller.abort(reason);
+  if (signal != null) {
+    if (signal.aborted) onAbort();
+    else signal.addEventListener?.('abort', onAbort);
+  }
+  if (token != null) {
+    if (token.reason !== undefined) onCancel(token.reason);
+    else token.subscribe?.(onCancel);
+  }
+  return {
+    signal: controller.signal,
+    dispose: () => {
+      signal?.removeEventListener?.('abort', onAbort);
+      token?.unsubscribe?.(onCancel);
+    },
+  };
+}
+
+interface CancelTokenListeners {
+  subscribe(listener: (reason: unknown) => void): void;
+  unsubscribe(listener: (reason: unknown) => void): void;
+}

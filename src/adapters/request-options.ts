@@ -1,0 +1,205 @@
+/**
+ * What every HTTP adapter shares: the per-request options it hands the gate, the little the
+ * adapters need of a gate, and the checks of the options they all accept. No algorithm lives here:
+ * adapters translate, the gate decides.
+ */
+import { InvalidOptionError } from '../errors.js';
+import type { Gate, ScheduleOptions } from '../gate/gate.js';
+import { fn, integer, invalid, plainObject } from '../validate.js';
+
+/**
+ * Per-request options, as a request carries them (`init.tollgate` for fetch, `config.tollgate` for
+ * axios, `opts.tollgate` for undici) or as an adapter's `requestOptions` function returns them.
+ * A request's own values win over the function's.
+ */
+export interface TollgateRequestOptions {
+  /**
+   * What the request consumes: a number of requests, or a record of units.
+   * @default 1
+   * @example { requests: 1, tokens: 1200 }
+   */
+  cost?: ScheduleOptions['cost'];
+  /** Partition key; overrides the adapter's `key` (by default the request's origin). Never put a secret here: see `hashKey`. */
+  key?: string;
+  /** Higher starts first; FIFO among equals. Integer. @default 0 */
+  priority?: number;
+  /** Deadline to start, in ms (retries included); overrides the gate's `maxQueueTimeMs`. */
+  maxQueueTimeMs?: number;
+  /** Estimated price in integer micro-units, reserved on the gate's budgets before the request is queued. */
+  priceMicros?: number;
+}
+
+/** Units a response says were actually used, e.g. `{ tokens: 812 }` from a body's `usage`. */
+export type ActualCost = Readonly<Record<string, number>>;
+
+/** What the adapters use of a gate: `schedule`. Any object with a compatible `schedule` works (a wrapper, a test double). */
+export type GateLike = Pick<Gate, 'schedule'>;
+
+/** How much of an error response's body an adapter reads for body-borne limits (Google RetryInfo, Discord, ...). */
+export interface ErrorBodyOptions {
+  /**
+   * Largest body read, in bytes; a longer (or longer-announced) body is not read. Integer >= 0.
+   * @default 65_536
+   */
+  maxBytes?: number;
+  /**
+   * Longest wait for the body, in ms: a server that trickles its error body cannot hold the
+   * call (or its retry) longer than this. Integer >= 0.
+   * @default 2_000
+   */
+  timeoutMs?: number;
+}
+
+export interface NormalizedErrorBody {
+  readonly maxBytes: number;
+  readonly timeoutMs: number;
+}
+
+const requestOptionKeys = new Set(['cost', 'key', 'priority', 'maxQueueTimeMs', 'priceMicros']);
+const errorBodyDefaults: NormalizedErrorBody = Object.freeze({ maxBytes: 65_536, timeoutMs: 2_000 });
+
+/** The gate an adapter is created with: anything with a `schedule` function. */
+export function checkGate(gate: unknown): GateLike {
+  if (
+    typeof gate !== 'object' ||
+    gate === null ||
+    typeof (gate as { schedule?: unknown }).schedule !== 'function'
+  ) {
+    throw invalid('gate', 'a gate (from createGate)', gate);
+  }
+  return gate as GateLike;
+}
+
+/** Options object of an adapter: a plain object whose keys are all known. */
+export function checkOptions(value: unknown, known: readonly string[]): Record<string, unknown> {
+  if (value === undefined) return {};
+  const o = plainObject('options', value);
+  for (const key of Object.keys(o)) {
+    if (!known.includes(key)) throw invalid(key, `a known option (${known.join(', ')})`, o[key]);
+  }
+  return o;
+}
+
+/** An optional function option. */
+export function optionalFn<F>(name: string, value: unknown): F | undefined {
+  return value === undefined ? undefined : (fn(name, value) as F);
+}
+
+/** `price: { estimate?, actual? }`. */
+export function checkPrice<E, A>(value: unknown): { estimate: E | undefined; actual: A | undefined } {
+  if (value === undefined) return { estimate: undefined, actual: undefined };
+  const o = plainObject('price', value);
+  for (const key of Object.keys(o)) {
+    if (key !== 'estimate' && key !== 'actual') throw invalid(`price.${key}`, 'estimate or actual', o[key]);
+  }
+  return {
+    estimate: optionalFn<E>('price.estimate', o['estimate']),
+    actual: optionalFn<A>('price.actual', o['actual']),
+  };
+}
+
+/** `errorBody: false | { maxBytes?, timeoutMs? }`; `false` (or `maxBytes: 0`) reads no error body. */
+export function checkErrorBody(value: unknown): NormalizedErrorBody | undefined {
+  if (value === false) return undefined;
+  if (value === undefined) return errorBodyDefaults;
+  const o = plainObject('errorBody', value);
+  for (const key of Object.keys(o)) {
+    if (key !== 'maxBytes' && key !== 'timeoutMs')
+      throw invalid(`errorBody.${key}`, 'maxBytes or timeoutMs', o[key]);
+  }
+  const maxBytes =
+    o['maxBytes'] === undefined
+      ? errorBodyDefaults.maxBytes
+      : integer('errorBody.maxBytes', o['maxBytes'], 0);
+  const timeoutMs =
+    o['timeoutMs'] === undefined
+      ? errorBodyDefaults.timeoutMs
+      : integer('errorBody.timeoutMs', o['timeoutMs'], 0);
+  return maxBytes === 0 ? undefined : Object.freeze({ maxBytes, timeoutMs });
+}
+
+/**
+ * The schedule options of one request: the adapter-level function's answer, overridden field by
+ * field by the request's own options. Unknown fields are a mistake worth reporting (a misspelled
+ * `prority` would silently do nothing): the request is refused with `InvalidOptionError`, never sent.
+ * Values themselves are checked by `gate.schedule`.
+ */
+export function mergeRequestOptions(
+  fromFunction: TollgateRequestOptions | undefined,
+  fromRequest: TollgateRequestOptions | undefined,
+  where: string,
+): TollgateRequestOptions | undefined {
+  if (fromFunction !== undefined) checkRequestOptions(fromFunction, 'requestOptions()');
+  if (fromRequest !== undefined) checkRequestOptions(fromRequest, where);
+  if (fromFunction === undefined) return fromRequest;
+  if (fromRequest === undefined) return fromFunction;
+  return { ...fromFunction, ...fromRequest };
+}
+
+function checkRequestOptions(value: unknown, where: string): void {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw invalid(where, 'an object of per-request options', value);
+  }
+  for (const key of Object.keys(value)) {
+    if (!requestOptionKeys.has(key)) {
+      throw new InvalidOptionError(
+        `${where}.${key}`,
+        `Unknown per-request option \`${where}.${key}\` (known: ${[...requestOptionKeys].join(', ')})`,
+      );
+    }
+  }
+}
+
+/** Copy the per-request options that are set into `target` (exactOptionalPropertyTypes: no `undefined` values). */
+export function applyRequestOptions(
+  target: ScheduleOptions,
+  options: TollgateRequestOptions | undefined,
+): void {
+  if (options === undefined) return;
+  if (options.cost !== undefined) target.cost = options.cost;
+  if (options.key !== undefined) target.key = options.key;
+  if (options.priority !== undefined) target.priority = options.priority;
+  if (options.maxQueueTimeMs !== undefined) target.maxQueueTimeMs = options.maxQueueTimeMs;
+  if (options.priceMicros !== undefined) target.priceMicros = options.priceMicros;
+}
+
+/** `application/json`, `application/problem+json`, `application/vnd.api+json; charset=utf-8`, ... */
+export function isJsonContentType(value: string | null | undefined): boolean {
+  if (typeof value !== 'string') return false;
+  const type = value.split(';', 1)[0]!.trim().toLowerCase();
+  return type === 'application/json' || type.endsWith('+json');
+}
+
+/** JSON text to a value, or undefined when it is not JSON (an error page in HTML, a truncated body). */
+export function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Call a user's hook on the response; a hook that throws or rejects is treated as having said
+ * nothing (the estimate stands): a paid response already received must not be lost to it.
+ */
+export function safely<T>(hook: () => T | Promise<T>): T | undefined | Promise<T | undefined> {
+  try {
+    const value = hook();
+    return value instanceof Promise ? value.catch(() => undefined) : value;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A number a price hook returned, if usable as integer micros. */
+export function priceOrUndefined(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : undefined;
+}
+
+/** A record of units a cost hook returned, if it is one. */
+export function costOrUndefined(value: unknown): ActualCost | undefined {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as ActualCost)
+    : undefined;
+}
