@@ -1,0 +1,81 @@
+/** Running the `tollgate` command in a child process, as users do: `node --import tsx src/cli/main.ts`. */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const main = resolve(repoRoot, 'src/cli/main.ts');
+
+export interface CliResult {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+export interface CliProcess {
+  readonly child: ChildProcess;
+  /** Output so far. */
+  stdout(): string;
+  stderr(): string;
+  readonly done: Promise<CliResult>;
+}
+
+export function spawnCli(args: readonly string[], options: { cwd?: string } = {}): CliProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', main, ...args], {
+    cwd: options.cwd ?? repoRoot,
+    env: { ...process.env, NO_COLOR: '1', FORCE_COLOR: '0' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    stdout += chunk;
+  });
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  const done = new Promise<CliResult>((resolveDone) => {
+    child.on('close', (code, signal) => resolveDone({ code, signal, stdout, stderr }));
+  });
+  return { child, stdout: () => stdout, stderr: () => stderr, done };
+}
+
+export function runCli(args: readonly string[], options: { cwd?: string } = {}): Promise<CliResult> {
+  return spawnCli(args, options).done;
+}
+
+export function writeJsonl(path: string, lines: readonly (string | object)[]): void {
+  writeFileSync(path, `${lines.map((l) => (typeof l === 'string' ? l : JSON.stringify(l))).join('\n')}\n`);
+}
+
+/** Every line of a results file, parsed (a line that does not parse fails the test). */
+export function readResults(path: string): Record<string, unknown>[] {
+  return readFileSync(path, 'utf8')
+    .split('\n')
+    .filter((line) => line.trim() !== '')
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+/** Lines in a file right now (0 if it does not exist yet). */
+export function lineCount(path: string): number {
+  try {
+    return readFileSync(path, 'utf8')
+      .split('\n')
+      .filter((l) => l.trim() !== '').length;
+  } catch {
+    return 0;
+  }
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Poll until `predicate` holds (or fail after `timeoutMs`). */
+export async function waitFor(predicate: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
