@@ -1,9 +1,24 @@
 import { defineConfig } from 'tsup';
 
 export default defineConfig({
-  entry: { index: 'src/index.ts', testing: 'src/testing/index.ts', cli: 'src/cli/main.ts' },
+  entry: {
+    index: 'src/index.ts',
+    axios: 'src/adapters/axios.ts',
+    undici: 'src/adapters/undici.ts',
+    testing: 'src/testing/index.ts',
+    cli: 'src/cli/main.ts',
+  },
+  external: ['axios', 'undici', 'ioredis', 'better-sqlite3'],
   format: ['esm', 'cjs'],
-  dts: true,
+  // Declarations for the library entries; the CLI is a program, not an API.
+  dts: {
+    entry: {
+      index: 'src/index.ts',
+      axios: 'src/adapters/axios.ts',
+      undici: 'src/adapters/undici.ts',
+      testing: 'src/testing/index.ts',
+    },
+  },
   sourcemap: true,
   clean: true,
   target: 'node20',

@@ -1,5 +1,10 @@
 // The public API of tollgate. Everything exported here is supported; anything not listed is internal.
 
+// Internal, deliberately not exported: the per-algorithm factories (createLimit is the one entry),
+// the server-quota core and the ledger's accounting helpers (their shapes may change).
+// HTTP: fetch needs no optional dependency; axios and undici have their own entry points
+// (`tollgate/axios`, `tollgate/undici`) so that importing `tollgate` never needs them.
+export * from './adapters/index.js';
 export type { BudgetSpec } from './budget/budget.js';
 // Budgets: exact money in integer micro-units, persistent ledgers.
 export type {
@@ -67,5 +72,3 @@ export type {
 export { createGate, Gate } from './gate/gate.js';
 export type { AdaptOptionsInput, GateOptions } from './gate/options.js';
 export * from './headers/index.js';
-// Internal, deliberately not exported: the per-algorithm factories (createLimit is the one entry),
-// the server-quota core and the ledger's accounting helpers (their shapes may change).

@@ -1,7 +1,12 @@
 /**
  * The quota a provider just announced: "`remaining` units until `resetAt`". A level the gate adds
- * to a partition from response headers. Once `resetAt` passes the quota says nothing any more
- * (the next response will tell), so it admits everything and counts as idle.
+ * to a partition from response headers.
+ *
+ * At `resetAt` the provider's window starts again. When the provider also told its `limit`, the
+ * quota renews itself: a fresh allowance of `limit` for another `spanMs` (the window length if
+ * stated, else the longest reset span seen), so the calls that waited for the reset do not all
+ * rush out at once and draw 429s. Without a limit it says nothing after the reset until the next
+ * response tells.
  */
 import type { LimitCore } from './limit.js';
 
@@ -10,12 +15,38 @@ export interface ServerQuotaState {
   allowance: number;
   /** When the provider's window resets (gate clock ms). */
   resetAt: number;
+  /** The provider's quota per window, if it said; enables renewal at the reset. */
+  limit: number | undefined;
+  /** Length of one window, for renewal: stated window, else the longest reset span observed. 0 = unknown. */
+  spanMs: number;
   /** `'spread'` pacing: ms per unit so the allowance lasts until the reset; 0 for `'burst'`. */
   spacingMs: number;
   /** `'spread'` pacing: earliest next start. */
   nextAt: number;
   /** Start number of the call whose response set this state; older responses are stale. */
   seq: number;
+}
+
+/** Windows renewed without a fresh response before the quota is considered forgotten (idle). */
+const RENEWALS_REMEMBERED = 10;
+
+function renews(state: ServerQuotaState): boolean {
+  return state.limit !== undefined && state.spanMs > 0;
+}
+
+/** The reset of the window containing `now`, when the quota renews: resetAt + k·span > now. */
+function renewedResetAt(state: ServerQuotaState, now: number): number {
+  // k whole windows have passed since resetAt; the current one ends one span after the last.
+  const k = Math.floor((now - state.resetAt) / state.spanMs) + 1;
+  return state.resetAt + k * state.spanMs;
+}
+
+/** Roll an expired, renewable quota forward to the window containing `now` (mutates). */
+function roll(state: ServerQuotaState, now: number): void {
+  if (now < state.resetAt || !renews(state)) return;
+  state.resetAt = renewedResetAt(state, now);
+  state.allowance = state.limit!;
+  state.spacingMs = state.spacingMs > 0 ? state.spanMs / state.limit! : 0;
 }
 
 export function createServerQuota(unit: string): LimitCore<ServerQuotaState> {
@@ -37,16 +68,28 @@ export function createServerQuota(unit: string): LimitCore<ServerQuotaState> {
     initial: (now: number): ServerQuotaState => ({
       allowance: 0,
       resetAt: now,
+      limit: undefined,
+      spanMs: 0,
       spacingMs: 0,
       nextAt: now,
       seq: 0,
     }),
     earliestAt(state: ServerQuotaState, cost: number, now: number): number {
-      if (now >= state.resetAt) return now;
-      if (cost > state.allowance) return state.resetAt;
+      let allowance = state.allowance;
+      let resetAt = state.resetAt;
+      if (now >= resetAt) {
+        if (!renews(state)) return now;
+        resetAt = renewedResetAt(state, now);
+        allowance = state.limit!;
+      }
+      if (cost > allowance) {
+        // Wait for the reset; a renewing quota of a smaller limit than the cost never fits: let it go then.
+        return resetAt;
+      }
       return Math.max(state.nextAt, now);
     },
     take(state: ServerQuotaState, cost: number, at: number): ServerQuotaState {
+      roll(state, at);
       if (at >= state.resetAt) return state;
       state.allowance -= cost;
       // spacing is ms per unit, so cost units push the next start cost * spacing later.
@@ -57,9 +100,12 @@ export function createServerQuota(unit: string): LimitCore<ServerQuotaState> {
       state.allowance += cost;
       return state;
     },
-    available: (state: ServerQuotaState, now: number) =>
-      now >= state.resetAt ? Number.POSITIVE_INFINITY : Math.max(0, Math.floor(state.allowance)),
-    isIdle: (state: ServerQuotaState, now: number) => now >= state.resetAt,
+    available: (state: ServerQuotaState, now: number) => {
+      if (now < state.resetAt) return Math.max(0, Math.floor(state.allowance));
+      return renews(state) ? state.limit! : Number.POSITIVE_INFINITY;
+    },
+    isIdle: (state: ServerQuotaState, now: number) =>
+      now >= state.resetAt + (renews(state) ? RENEWALS_REMEMBERED * state.spanMs : 0),
     clone: (state: ServerQuotaState): ServerQuotaState => ({ ...state }),
   });
 }

@@ -1,3 +1,4 @@
+import { wrapFetch } from '../adapters/fetch.js';
 import type { BudgetGuard, BudgetReservation, BudgetSpend } from '../budget/budget-guard.js';
 import { BudgetExceededError } from '../budget/errors.js';
 import type { Clock } from '../clock.js';
@@ -188,6 +189,8 @@ class Partition {
   /** Levels adaptation added (server quotas, learned limits, AIMD), with ids like `quota:tokens`. */
   extra: Extra | undefined = undefined;
   shadowE: unknown[] | undefined = undefined;
+  /** Predicted start of the last call reserved in the shadow: FIFO, nobody is predicted before it. */
+  shadowTail = 0;
   /** Calls started in this partition, and units started per unit (to count what the server had not yet seen). */
   seq = 0;
   cum: Map<string, number> | undefined = undefined;
@@ -561,6 +564,18 @@ export class Gate {
   /** Spend per budget (and key) in its current window; empty without budgets. */
   spend(): BudgetSpend[] {
     return this.budget?.spend(this.clock.now()) ?? [];
+  }
+
+  private fetchFn: typeof fetch | undefined = undefined;
+
+  /**
+   * A drop-in `fetch` through this gate (global fetch underneath; partition key = the URL's
+   * origin). Per-request options go in `init.tollgate`. For another fetch implementation or other
+   * options, use `wrapFetch(gate, options)`.
+   */
+  get fetch(): typeof fetch {
+    this.fetchFn ??= wrapFetch(this);
+    return this.fetchFn;
   }
 
   /** The gate's clock reading, for computing `pause` times. */
@@ -1228,6 +1243,7 @@ export class Gate {
   }
 
   private rebuildShadow(p: Partition): void {
+    p.shadowTail = 0;
     p.shadowG = this.globalStates.map((s, i) => this.globalCores[i]!.clone(s));
     p.shadowK = p.keyStates.map((s, i) => this.keyCores[i]!.clone(s));
     p.shadowE = p.extra?.states.map((s, i) => p.extra!.cores[i]!.clone(s));
@@ -1235,7 +1251,8 @@ export class Gate {
 
   /** Earliest start of `call` behind everything in the shadow (timed limits only). */
   private predict(p: Partition, call: Call, from: number): number {
-    let t = from;
+    // No barging: a call starts no earlier than the one queued ahead of it.
+    let t = Math.max(from, p.shadowTail);
     const { gcosts, kcosts } = call;
     const gcores = this.globalCores;
     for (let i = 0; i < gcores.length; i++) {
@@ -1253,6 +1270,7 @@ export class Gate {
   }
 
   private reserveInShadow(p: Partition, call: Call, at: number): void {
+    p.shadowTail = at;
     const { gcosts, kcosts } = call;
     const gcores = this.globalCores;
     for (let i = 0; i < gcores.length; i++) {
@@ -1590,6 +1608,8 @@ export class Gate {
             ? `Rate limited after ${call.attempt} attempt(s)`
             : `Rate limited; the retry could not start within maxQueueTimeMs ${call.maxQueueTimeMs}`,
         { retryAt, retryAfterMs: verdict.delayMs, attempts: call.attempt, status: inspection.status },
+        // The last response (its body released), for callers who want its headers.
+        { cause: value },
       ),
     );
   }
@@ -1684,6 +1704,10 @@ export class Gate {
       const state: ServerQuotaState = {
         allowance,
         resetAt,
+        limit: policy!.limit,
+        // The window to renew with: stated, else the longest reset span seen (a response early in
+        // a window shows nearly all of it).
+        spanMs: policy!.windowMs ?? Math.max(previous?.spanMs ?? 0, policy!.resetMs!),
         // spread: ms per unit so what is left lasts until the reset.
         spacingMs: adapt.pacing === 'spread' && allowance > 0 ? policy!.resetMs! / allowance : 0,
         nextAt: previous?.nextAt ?? now,
