@@ -830,14 +830,6 @@ export function checkTimers(trace: RunTrace): string | undefined {
   return undefined;
 }
 
-/** Position of a call's start or refusal in the sequence of events. */
-const exitEv = (c: CallRecord): number => c.startEv ?? (c.rejectedEv as number);
-
-/** Whether `a` goes before `c` in their partition's queue order (same key; priority, then FIFO). */
-function isAheadOf(a: CallRecord, c: CallRecord): boolean {
-  return a !== c && a.key === c.key && (a.id < c.id ? a.priority >= c.priority : a.priority > c.priority);
-}
-
 /**
  * (f) Deadlines: a predicted QueueTimeoutError is raised at schedule time with predictedWaitMs >
  * maxQueueTimeMs (the call's own); no call starts after its deadline; no call is refused for its
@@ -903,42 +895,13 @@ export function calmWorkloadArb(): fc.Arbitrary<Workload> {
     });
 }
 
-export interface AcceptedStartOptions {
-  /**
-   * Known gate bug (test/unit/gate/found-bugs.test.ts): a new call's predicted start ignores that it
-   * cannot start before the calls queued ahead of it (FIFO). Reserving in order keeps predictions in
-   * queue order only while every call spends on every limit; a call that spends nothing on the limit
-   * holding the calls ahead (a zero cost, or a unit it does not use) is predicted to start before
-   * them, and calls behind it inherit the error. The gate then accepts calls that time out in the
-   * queue. When set, a late refusal is counted in `skipped` instead of reported if, among the call
-   * and the calls queued ahead of it when it was scheduled, some limit is spent by some and not others.
-   */
-  tolerateFifoBlindPredictions?: { skipped: number };
-}
-
 /**
  * (f, calm workloads) An accepted call is never refused for its deadline later: every
  * ERR_QUEUE_TIMEOUT is a prediction made at schedule time.
  */
-export function checkAcceptedStart(trace: RunTrace, options: AcceptedStartOptions = {}): string | undefined {
-  const config = trace.configs[0]!;
-  const specs = [...config.limits, ...config.perKey];
-  const tolerated = (c: CallRecord): boolean => {
-    const known = options.tolerateFifoBlindPredictions;
-    if (known === undefined) return false;
-    const group = trace.calls.filter(
-      (a) => a === c || (isAheadOf(a, c) && a.scheduleEv < c.scheduleEv && exitEv(a) > c.scheduleEv),
-    );
-    const mixed = specs.some((spec) => {
-      const costs = group.map((a) => unitCost(a.cost, spec.unit ?? 'requests'));
-      return costs.some((cost) => cost === 0) && costs.some((cost) => cost > 0);
-    });
-    if (!mixed) return false;
-    known.skipped++;
-    return true;
-  };
+export function checkAcceptedStart(trace: RunTrace): string | undefined {
   for (const c of trace.calls) {
-    if (isQueueTimeout(c, false) && !tolerated(c)) {
+    if (isQueueTimeout(c, false)) {
       return `${describeCall(c)}: accepted with deadline ${c.deadline}, then refused at ${c.rejectedAt} (${String((c.outcome as { error: unknown }).error)})`;
     }
   }

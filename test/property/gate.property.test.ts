@@ -24,7 +24,6 @@ import {
 
 // GATE_PROPERTY_RUNS=50000 for a long bug hunt (it also prints how often a known bug was tolerated).
 const numRuns = Number(process.env['GATE_PROPERTY_RUNS'] ?? 1000);
-const verbose = process.env['GATE_PROPERTY_RUNS'] !== undefined;
 
 /** Run a workload and fail with the check's description (fast-check shrinks to a small script). */
 function holds(check: (trace: RunTrace) => string | undefined) {
@@ -116,19 +115,6 @@ describe('gate: properties under random workloads', () => {
     // Calm workloads: no pause, setLimits, close or concurrency limit, one priority, no contention
     // between partitions for a global limit; aborts allowed. Then a call the gate accepted (did not
     // refuse at schedule time) must start by its deadline: no ERR_QUEUE_TIMEOUT with predicted=false.
-    //
-    // Known bug (test/unit/gate/found-bugs.test.ts): a call whose costs do not meet the limit the
-    // calls ahead of it wait for is predicted to start at once although FIFO holds it behind them.
-    // A late refusal of a call that had a call queued ahead of it, still queued past its deadline, is
-    // tolerated here (and counted); any other one fails.
-    const known = { skipped: 0 };
-    await fc.assert(
-      fc.asyncProperty(
-        calmWorkloadArb(),
-        holds((trace) => checkAcceptedStart(trace, { tolerateFifoBlindPredictions: known })),
-      ),
-      { numRuns },
-    );
-    if (verbose) console.log(`(f) calm: tolerated FIFO-blind predictions: ${known.skipped}`);
+    await fc.assert(fc.asyncProperty(calmWorkloadArb(), holds(checkAcceptedStart)), { numRuns });
   });
 });
