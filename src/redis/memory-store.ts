@@ -212,7 +212,8 @@ export class MemoryStore implements Store {
       else if (at > startAt) startAt = at;
     }
     if (blocked !== undefined) return { ok: false, retryAfterMs: Infinity, reason: blocked, serverNow: now };
-    if (startAt - now > maxWaitMs) {
+    // A deadline already past is a bound of 0 (as in Redis).
+    if (startAt - now > Math.max(0, maxWaitMs)) {
       return { ok: false, retryAfterMs: startAt - now, reason: 'wait', serverNow: now };
     }
     const part = p ?? this.partitionOf(partition);

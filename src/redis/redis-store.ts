@@ -288,7 +288,8 @@ export class RedisStore implements Store {
     const id = `${idPrefix}.${++idCounter}`;
     keys.push(
       nowArg,
-      Number.isFinite(maxWaitMs) ? String(maxWaitMs) : '-1',
+      // -1 means no bound; a deadline already past is a bound of 0.
+      Number.isFinite(maxWaitMs) ? String(Math.max(0, maxWaitMs)) : '-1',
       String(n),
       scope === '' ? '1' : '2',
       id,

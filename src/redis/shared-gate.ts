@@ -489,10 +489,16 @@ export class SharedGate {
     const now = this.clock.now();
     let decision: MaybePromise<StoreDecision>;
     try {
-      decision = this.store.reserve(call.info.partition, call.info.levels, call.costs, call.deadline - now, {
-        scope: call.info.scope,
-        ...(call.units === undefined ? {} : { units: call.units }),
-      });
+      decision = this.store.reserve(
+        call.info.partition,
+        call.info.levels,
+        call.costs,
+        Math.max(0, call.deadline - now),
+        {
+          scope: call.info.scope,
+          ...(call.units === undefined ? {} : { units: call.units }),
+        },
+      );
     } catch (error) {
       this.storeFailed(error);
       this.failover(call, error);

@@ -75,6 +75,9 @@ export function storeContract(
       expect(refused).toMatchObject({ ok: false, reason: 'wait', retryAfterMs: 100, serverNow: T0 });
       // Nothing was taken by the refusal: the next call still gets the 100 ms slot.
       expect(granted(await store.reserveAt(p, [tb], [1], 100, T0)).startAt).toBe(T0 + 100);
+      // A deadline already past (negative) is a bound of 0, not "no bound".
+      expect((await store.reserveAt(p, [tb], [1], -0.5, T0)).ok).toBe(false);
+      expect((await store.reserveAt(fresh(), [tb], [1], -0.5, T0)).ok).toBe(true);
     });
 
     it('takes every level or none (atomic all-or-nothing)', async () => {

@@ -1,0 +1,272 @@
+/**
+ * Several processes sharing one quota through Redis: forked children (`--import tsx` of
+ * test/helpers/redis-child.ts) against the simulated paid API and small local servers. Traffic goes
+ * only to 127.0.0.1.
+ */
+import { type ChildProcess, fork } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { QueueTimeoutError } from '../../src/errors.js';
+import { RedisLedger } from '../../src/redis/redis-ledger.js';
+import { RedisStore } from '../../src/redis/redis-store.js';
+import { createSharedGate } from '../../src/redis/shared-gate.js';
+import { startSimulatedApi } from '../../src/testing/simulated-api.js';
+import type { ChildMessage, HoldConfig, TrafficConfig } from '../helpers/redis-child.js';
+import { REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
+
+const skip = await redisSkipReason();
+if (skip) console.log(`[redis processes] skipped (${skip})`);
+const childPath = join(import.meta.dirname, '..', 'helpers', 'redis-child.ts');
+const children: ChildProcess[] = [];
+afterAll(() => {
+  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+});
+
+function spawnChild(config: TrafficConfig | HoldConfig): {
+  proc: ChildProcess;
+  next: () => Promise<ChildMessage>;
+} {
+  const proc = fork(childPath, [], {
+    execArgv: ['--import', 'tsx'],
+    cwd: join(import.meta.dirname, '..', '..'),
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  children.push(proc);
+  const inbox: ChildMessage[] = [];
+  const waiters: ((m: ChildMessage) => void)[] = [];
+  proc.on('message', (m: ChildMessage) => {
+    const waiter = waiters.shift();
+    if (waiter) waiter(m);
+    else inbox.push(m);
+  });
+  proc.send(config);
+  const next = () =>
+    new Promise<ChildMessage>((resolve, reject) => {
+      const m = inbox.shift();
+      if (m !== undefined) return resolve(m);
+      waiters.push((msg) => (msg.type === 'error' ? reject(new Error(msg.message)) : resolve(msg)));
+      proc.once('exit', (code, signal) => reject(new Error(`child exited ${code ?? signal}`)));
+    });
+  return { proc, next };
+}
+
+/** Start traffic children together: each warms up and says ready; then `beforeGo`, then go. */
+async function startTogether(
+  configs: readonly TrafficConfig[],
+  beforeGo: () => void,
+): Promise<Extract<ChildMessage, { type: 'done' }>[]> {
+  const runs = configs.map((config) => spawnChild(config));
+  for (const run of runs) expect(await run.next()).toMatchObject({ type: 'ready' });
+  beforeGo();
+  const startAt = Date.now() + 100;
+  for (const run of runs) run.proc.send({ type: 'go', startAt });
+  return (await Promise.all(runs.map((r) => r.next()))) as Extract<ChildMessage, { type: 'done' }>[];
+}
+
+/** A loopback HTTP server; `handler` answers (or not). */
+async function localServer(
+  handler: Parameters<typeof createServer>[1],
+): Promise<{ url: string; server: Server }> {
+  const server = createServer(handler);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
+}
+
+const wallNow = () => performance.timeOrigin + performance.now();
+const prefix = () => `tollgate-proc-${process.pid}-${Date.now()}-${Math.floor(Math.random() * 1e6)}`;
+
+describe.skipIf(skip !== false)('processes sharing one quota through Redis', () => {
+  it('4 processes sharing 60 req/s: no window over the limit at the server, >= 95% of the limit', async () => {
+    const api = await startSimulatedApi({ policy: { kind: 'none' } });
+    const keyPrefix = prefix();
+    // 58/s steady spacing: the server's exact "60 in any second" keeps 2 requests (34 ms) of margin for
+    // the time between a process starting a call and the server seeing it.
+    const limits = [{ algorithm: 'leaky-bucket' as const, limit: 58, intervalMs: 1000 }];
+    const results = await startTogether(
+      [0, 1, 2, 3].map((id) => ({
+        scenario: 'traffic' as const,
+        id,
+        redisUrl: REDIS_URL,
+        keyPrefix,
+        limits,
+        apiUrl: `${api.url}/v1`,
+        calls: 60,
+      })),
+      () => api.reset(),
+    );
+    const stats = api.stats();
+    await api.close();
+    const outcomes = results.flatMap((r) => r.outcomes);
+    // Every call settled, none lost, all answered 200.
+    expect(outcomes).toHaveLength(240);
+    expect(outcomes.every((o) => o.ok && o.status === 200)).toBe(true);
+    expect(stats.accepted).toBe(240);
+    // Each process took part.
+    for (const r of results) expect(r.outcomes.length).toBe(60);
+    const overLimit = stats.overLimitWindows({ kind: 'sliding-window', limit: 60, intervalMs: 1000 });
+    const at = stats.acceptedAt;
+    const spanMs = at[at.length - 1]! - at[0]!;
+    // Throughput: requests per second between the first and the last arrival.
+    const ratePerSec = ((at.length - 1) / spanMs) * 1000;
+    const peak = stats.maxAcceptedInWindow(1000).requests;
+    const sent = outcomes.map((o) => o.sentAt!).sort((x, y) => x - y);
+    let sentPeak = 0;
+    for (let i = 0, j = 0; i < sent.length; i++) {
+      while (sent[i]! - sent[j]! >= 1000) j++;
+      sentPeak = Math.max(sentPeak, i - j + 1);
+    }
+    console.log(
+      'sent peak',
+      sentPeak,
+      'first sends',
+      sent
+        .slice(0, 8)
+        .map((t) => (t - sent[0]!).toFixed(1))
+        .join(' '),
+      'arrivals',
+      at
+        .slice(0, 8)
+        .map((t) => (t - at[0]!).toFixed(1))
+        .join(' '),
+    );
+    for (const r of results)
+      console.log(
+        'proc',
+        r.id,
+        r.outcomes
+          .slice(0, 5)
+          .map((o) => (o.sentAt! - sent[0]!).toFixed(1))
+          .join(' '),
+      );
+    console.log(
+      `[redis processes] 4 processes, 240 calls: ${ratePerSec.toFixed(2)}/s (${((ratePerSec / 60) * 100).toFixed(1)}% of 60/s), ` +
+        `busiest second ${peak}, over-limit windows ${overLimit}`,
+    );
+    expect(overLimit).toBe(0);
+    expect(ratePerSec).toBeGreaterThanOrEqual(0.95 * 60);
+  }, 30_000);
+
+  it('a 429 seen by one process pauses the others for its Retry-After', async () => {
+    const arrivals: { at: number; proc: string; status: number }[] = [];
+    let throttledAt: number | undefined;
+    const { url, server } = await localServer((req, res) => {
+      const at = wallNow();
+      const proc = String(req.headers['x-proc']);
+      if (req.url?.endsWith('/warmup')) {
+        res.writeHead(200).end('{}');
+        return;
+      }
+      if (throttledAt === undefined) {
+        throttledAt = at;
+        arrivals.push({ at, proc, status: 429 });
+        res.writeHead(429, { 'retry-after': '1' }).end('{}');
+        return;
+      }
+      arrivals.push({ at, proc, status: 200 });
+      res.writeHead(200).end('{}');
+    });
+    const keyPrefix = prefix();
+    const limits = [{ algorithm: 'leaky-bucket' as const, limit: 40, intervalMs: 1000 }];
+    const results = await startTogether(
+      [0, 1, 2, 3].map((id) => ({
+        scenario: 'traffic' as const,
+        id,
+        redisUrl: REDIS_URL,
+        keyPrefix,
+        limits,
+        apiUrl: `${url}/v1`,
+        calls: 15,
+      })),
+      () => {},
+    );
+    server.close();
+    const outcomes = results.flatMap((r) => r.outcomes);
+    expect(outcomes).toHaveLength(60);
+    // The throttled call was retried after the pause: every call ends 200.
+    expect(outcomes.every((o) => o.ok && o.status === 200)).toBe(true);
+    expect(arrivals.filter((a) => a.status === 429)).toHaveLength(1);
+    const throttledProc = arrivals.find((a) => a.status === 429)!.proc;
+    // Nothing arrived from any process during the pause (after one 25 ms slot already on its way).
+    const during = arrivals.filter((a) => a.at > throttledAt! + 30 && a.at < throttledAt! + 990);
+    const others = arrivals.filter((a) => a.proc !== throttledProc && a.at > throttledAt!);
+    console.log(
+      `[redis processes] 429 at +0 ms from process ${throttledProc}: ${during.length} arrivals in the next second, ` +
+        `first arrival of another process after it at +${(others[0]!.at - throttledAt!).toFixed(0)} ms`,
+    );
+    expect(during).toEqual([]);
+    // The other processes heard of the pause.
+    for (const r of results.filter((r) => String(r.id) !== throttledProc))
+      expect(r.paused).toBeGreaterThan(0);
+  }, 30_000);
+
+  it('kill -9 of a process holding permits, slots and budget: the quota and the budget recover after expiry', async () => {
+    let hangArrivals = 0;
+    const { url, server } = await localServer(() => {
+      // Never answers: the calls hold their permits until the process dies.
+      hangArrivals++;
+    });
+    const keyPrefix = prefix();
+    const limits = [{ algorithm: 'leaky-bucket' as const, limit: 5, intervalMs: 1000 }];
+    const perKey = [{ algorithm: 'concurrency' as const, limit: 2 }];
+    const budget = { limitMicros: 1_000_000, rollingMs: 3_000, ttlMs: 1_000, priceMicros: 10_000 };
+    const holder = spawnChild({
+      scenario: 'hold',
+      redisUrl: REDIS_URL,
+      keyPrefix,
+      limits,
+      perKey,
+      concurrencyLeaseMs: 1_500,
+      hangUrl: `${url}/hang`,
+      held: 2,
+      queued: 5,
+      budget,
+    });
+    expect(await holder.next()).toMatchObject({ type: 'holding' });
+    const killedAt = wallNow();
+    holder.proc.kill('SIGKILL');
+    await new Promise((resolve) => holder.proc.once('exit', resolve));
+
+    const store = new RedisStore({ redis: REDIS_URL, keyPrefix });
+    const ledger = new RedisLedger({ redis: REDIS_URL, keyPrefix });
+    const gate = createSharedGate({ store, limits, perKey, failure: 'fail-closed' });
+    try {
+      // Right after the kill: its permits and its future slots are still counted...
+      await expect(gate.schedule(() => 1, { key: 'held', maxQueueTimeMs: 0 })).rejects.toBeInstanceOf(
+        QueueTimeoutError,
+      );
+      await expect(gate.schedule(() => 1, { key: 'other', maxQueueTimeMs: 0 })).rejects.toBeInstanceOf(
+        QueueTimeoutError,
+      );
+      // ...and so is its budget: every reservation it made, at its estimate (never under-counted).
+      const now = () => performance.timeOrigin + performance.now();
+      const [early] = await ledger.snapshot(now());
+      const sentMicros = hangArrivals * budget.priceMicros;
+      expect(early!.spentMicros + early!.reservedMicros).toBe(7 * budget.priceMicros);
+      expect(early!.spentMicros + early!.reservedMicros).toBeGreaterThanOrEqual(sentMicros);
+      // Past the reservation TTL: counted as spent, still at least what was sent.
+      await new Promise((r) => setTimeout(r, 1_100));
+      const [expired] = await ledger.snapshot(now());
+      expect(expired).toMatchObject({ reservedMicros: 0, spentMicros: 7 * budget.priceMicros });
+      // Past the lease and the last slot the dead process had reserved: both limits admit at once.
+      await new Promise((r) => setTimeout(r, Math.max(0, killedAt + 1_800 - wallNow())));
+      const waitedHeld = wallNow();
+      await gate.schedule(() => 1, { key: 'held', maxQueueTimeMs: 0 });
+      await gate.schedule(() => 1, { key: 'held', maxQueueTimeMs: 1_000 });
+      console.log(
+        `[redis processes] SIGKILL holding 2 permits, ${7 - 2} queued slots and 7 budget holds: ` +
+          `${hangArrivals} requests sent; permits back ${(waitedHeld - killedAt).toFixed(0)} ms after the kill`,
+      );
+      // Past the rolling window the whole budget is back.
+      await new Promise((r) => setTimeout(r, Math.max(0, killedAt + budget.rollingMs + 200 - wallNow())));
+      const [late] = await ledger.snapshot(now());
+      expect(late).toMatchObject({ spentMicros: 0, reservedMicros: 0, remainingMicros: budget.limitMicros });
+    } finally {
+      await gate.close();
+      await ledger.close();
+      server.closeAllConnections();
+      server.close();
+    }
+  }, 30_000);
+});
