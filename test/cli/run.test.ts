@@ -1,0 +1,237 @@
+/**
+ * `tollgate run` end to end (a child process against the simulated API): flags and their errors,
+ * malformed lines, --strict, results, body files, failures and --retry-failed, config files.
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { type AddressInfo, createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { type SimulatedApi, startSimulatedApi } from '../../src/testing/index.js';
+import { readResults, runCli, writeJsonl } from './cli-helpers.js';
+
+let api: SimulatedApi;
+let dir: string;
+let n = 0;
+/** A fresh pair of paths per test. */
+let input: string;
+let out: string;
+
+beforeAll(async () => {
+  api = await startSimulatedApi({
+    policy: { kind: 'token-bucket', limit: 200, intervalMs: 1_000, burst: 20 },
+    headers: 'openai',
+    price: 1_500,
+  });
+  dir = mkdtempSync(join(tmpdir(), 'tollgate-run-'));
+});
+
+afterAll(async () => {
+  await api?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+beforeEach(() => {
+  n++;
+  input = join(dir, `requests-${n}.jsonl`);
+  out = join(dir, `results-${n}.jsonl`);
+  api.reset();
+});
+
+/** A port nothing listens on (it was free a moment ago). */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+const request = (id: string | number, extra: object = {}) => ({
+  id,
+  url: `${api.url}/v1/things/${id}`,
+  ...extra,
+});
+
+describe('flags', () => {
+  it('names the flag and the value of a bad unit, exit 2, nothing sent', async () => {
+    writeJsonl(input, [request(1)]);
+    const result = await runCli(['run', input, '--rate', 'fast']);
+    expect(result.code).toBe(2);
+    expect(result.stderr.trim()).toBe('tollgate: Expected --rate like 50/s or 3000/min, got `fast`');
+    expect(api.stats().received).toBe(0);
+  });
+
+  it('suggests the flag meant by a typo', async () => {
+    writeJsonl(input, [request(1)]);
+    const result = await runCli(['run', input, '--rat', '5/s']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/Unknown option --rat .*did you mean --rate\?/);
+  });
+
+  it.each([
+    [['--budget', 'lots'], 'Expected --budget like 5usd/day'],
+    [['--limit', '5'], 'Expected --limit like 500/min'],
+    [['--concurrency', '0'], 'Expected --concurrency to be an integer >= 1, got `0`'],
+    [['--header-adapt', 'sometimes'], 'Expected --header-adapt to be on or off, got `sometimes`'],
+    [['--max-queue-time', '10'], 'Expected --max-queue-time like 500ms, 30s or 2m'],
+    [['--burst', '5'], '--burst needs a rate'],
+    [['--progress', 'fancy'], 'Expected --progress to be auto, bar, plain or none'],
+  ])('refuses %j', async (flags, text) => {
+    writeJsonl(input, [request(1)]);
+    const result = await runCli(['run', input, ...flags]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain(text);
+  });
+
+  it('says clearly when Redis mode is not available', async () => {
+    writeJsonl(input, [request(1)]);
+    const result = await runCli([
+      'run',
+      input,
+      '--out',
+      out,
+      '--redis',
+      'redis://127.0.0.1:6379',
+      '--progress',
+      'none',
+    ]);
+    if (existsSync(join(__dirname, '../../src/redis/index.ts'))) return; // a build with Redis: covered elsewhere
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('Redis mode is not available in this build');
+    expect(api.stats().received).toBe(0);
+  });
+
+  it('explains a missing file and an unknown command', async () => {
+    const missing = await runCli(['run', join(dir, 'nope.jsonl')]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('Requests file not found');
+    const unknown = await runCli(['launch']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('Unknown command `launch`');
+  });
+});
+
+describe('input lines', () => {
+  const mixed = () => [
+    request('a'),
+    'this is not json',
+    request('b', { method: 'POST', body: { x: 1 } }),
+    { id: 'c', url: 'not a url' },
+    request('a'),
+    { url: `${api.url}/no-id` },
+    request('d', { cost: 'lots' }),
+    request('e', { method: 'GET', body: 'x' }),
+    request('f'),
+  ];
+
+  it('reports malformed lines by number, skips them, sends the rest, exits 4', async () => {
+    writeJsonl(input, mixed());
+    const result = await runCli(['run', input, '--out', out, '--progress', 'none']);
+    expect(result.code).toBe(4);
+    expect(result.stderr).toContain('line 2: not valid JSON');
+    expect(result.stderr).toContain('line 4: expected `url` to be an absolute http(s) URL');
+    expect(result.stderr).toContain('line 5: duplicate id "a" (first at line 1)');
+    expect(result.stderr).toContain('line 6: expected `id` to be a non-empty string or an integer');
+    expect(result.stderr).toContain('line 7: expected `cost` to be a number or an object');
+    expect(result.stderr).toContain('line 8: a GET request cannot have a `body`');
+    expect(result.stdout).toContain('6 malformed lines skipped');
+    expect(readResults(out).map((r) => r['id'])).toEqual(expect.arrayContaining(['a', 'b', 'f']));
+    expect(readResults(out)).toHaveLength(3);
+  });
+
+  it('--strict refuses the file before sending anything', async () => {
+    writeJsonl(input, mixed());
+    const result = await runCli(['run', input, '--out', out, '--strict', '--progress', 'none']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('--strict: 6 malformed line(s)');
+    expect(result.stderr).toContain('line 2: not valid JSON');
+    expect(api.stats().received).toBe(0);
+    expect(existsSync(out)).toBe(false);
+  });
+});
+
+describe('results', () => {
+  it('writes status, kept headers, body, attempts, waits and cost per request; a re-run has nothing to do', async () => {
+    writeJsonl(input, [
+      request(1, { price: '$0.002', cost: { requests: 1 } }),
+      request('two', { method: 'POST', body: { hello: 'world' } }),
+    ]);
+    const first = await runCli(['run', input, '--out', out, '--price', '0.001usd', '--progress', 'none']);
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stdout).toContain('done: every request has a successful result');
+    const results = readResults(out);
+    const one = results.find((r) => r['id'] === 1)!;
+    expect(one).toMatchObject({ id: 1, line: 1, status: 200, ok: true, attempts: 1 });
+    expect(one['body']).toMatchObject({ ok: true });
+    expect(one['headers']).toMatchObject({
+      'x-ratelimit-limit-requests': '200',
+      'x-sim-cost-micros': '1500',
+    });
+    expect(one['cost']).toEqual({ units: { requests: 1 }, priceMicros: 2_000, price: '$0.002' });
+    expect(typeof one['waitedMs']).toBe('number');
+    expect(results.find((r) => r['id'] === 'two')!['cost']).toMatchObject({ priceMicros: 1_000 });
+
+    const again = await runCli(['run', input, '--out', out, '--progress', 'none']);
+    expect(again.code).toBe(0);
+    expect(again.stdout).toContain('2 already done (skipped)');
+    expect(again.stdout).toContain('nothing to do');
+    expect(api.stats().received).toBe(2);
+  });
+
+  it('writes bodies over --max-inline-body to files next to the results', async () => {
+    writeJsonl(input, [request('big/one')]);
+    const result = await runCli(['run', input, '--out', out, '--max-inline-body', '8', '--progress', 'none']);
+    expect(result.code, result.stderr).toBe(0);
+    const [r] = readResults(out);
+    expect(r!['body']).toBeUndefined();
+    expect(typeof r!['bodyFile']).toBe('string');
+    expect(JSON.parse(readFileSync(join(dir, r!['bodyFile'] as string), 'utf8'))).toMatchObject({ ok: true });
+  });
+
+  it('records a failure as a result (exit 4) and sends it again with --retry-failed', async () => {
+    writeJsonl(input, [
+      request('fine'),
+      { id: 'down', url: `http://127.0.0.1:${await closedPort()}/unreachable` },
+    ]);
+    const first = await runCli(['run', input, '--out', out, '--progress', 'none']);
+    expect(first.code).toBe(4);
+    expect(first.stdout).toContain('partial failure: 1 request failed');
+    const down = readResults(out).find((r) => r['id'] === 'down')!;
+    expect(down).toMatchObject({ ok: false, attempts: 1, error: { code: 'ECONNREFUSED' } });
+
+    const plain = await runCli(['run', input, '--out', out, '--progress', 'none']);
+    expect(plain.code).toBe(0);
+    expect(readResults(out)).toHaveLength(2);
+    const retry = await runCli(['run', input, '--out', out, '--retry-failed', '--progress', 'none']);
+    expect(retry.code).toBe(4);
+    expect(retry.stdout).toContain('1 already done (skipped)');
+    expect(readResults(out).filter((r) => r['id'] === 'down')).toHaveLength(2);
+  });
+});
+
+describe('config file', () => {
+  it('reads options from JSON, flags win, and names an unknown key', async () => {
+    writeJsonl(input, [request(1), request(2)]);
+    const config = join(dir, `config-${n}.json`);
+    writeFileSync(
+      config,
+      JSON.stringify({ rate: '100/s', burst: 5, concurrency: 2, out: `results-${n}.jsonl` }),
+    );
+    const result = await runCli(['run', input, '--config', config, '--progress', 'none']);
+    expect(result.code, result.stderr).toBe(0);
+    expect(readResults(out)).toHaveLength(2);
+
+    writeFileSync(config, JSON.stringify({ rate: '100/s', concurency: 2 }));
+    const bad = await runCli(['run', input, '--config', config]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('Unknown key `concurency`');
+    expect(bad.stderr).toContain('did you mean `concurrency`?');
+
+    writeFileSync(config, JSON.stringify({ rate: 'quick' }));
+    const badValue = await runCli(['run', input, '--config', config]);
+    expect(badValue.code).toBe(2);
+    expect(badValue.stderr).toContain('Expected `rate` in');
+    expect(badValue.stderr).toContain('got `quick`');
+  });
+});
