@@ -308,3 +308,33 @@ describe('gate adaptation: AIMD and costs', () => {
     expect(sent).toBe(2);
   });
 });
+
+describe('gate budgets: waiting for the next period', () => {
+  it("onExceeded 'wait' holds a call until the budget's next period when that is within its deadline", async () => {
+    const start = Date.parse('2026-11-30T23:59:00Z');
+    const clock = new ManualClock(start);
+    const budget = createBudgetGuard({
+      budgets: { name: 'day', limit: 1, period: 'day' },
+      ledger: 'memory',
+      clock,
+      onExceeded: 'wait',
+    });
+    const gate = createGate({ clock, budget });
+    const sentAt: number[] = [];
+    const fn = async () => {
+      sentAt.push(clock.now());
+      return 'ok';
+    };
+    await gate.schedule(fn, { priceMicros: 900_000 });
+    // The next call does not fit today; the day ends in 60 s, within its 120 s deadline: it waits.
+    const waiting = gate.schedule(fn, { priceMicros: 900_000, maxQueueTimeMs: 120_000 });
+    // This one's deadline (30 s) ends before the period does: refused at once.
+    await expect(gate.schedule(fn, { priceMicros: 900_000, maxQueueTimeMs: 30_000 })).rejects.toMatchObject({
+      code: 'ERR_BUDGET_EXCEEDED',
+    });
+    clock.advanceTo(Date.parse('2026-12-01T00:00:00Z'));
+    await flush();
+    expect(await waiting).toBe('ok');
+    expect(sentAt).toEqual([start, Date.parse('2026-12-01T00:00:00Z')]);
+  });
+});
