@@ -1,0 +1,194 @@
+/**
+ * Redis outages: a dedicated `redis-server` (its own free port, no persistence) is killed mid-run
+ * and started again; each failure policy must behave as promised, every call must settle, and the
+ * gate must come back to Redis by itself. A slow Redis (CLIENT PAUSE) must trip commandTimeoutMs.
+ */
+import { execFileSync } from 'node:child_process';
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { StoreUnavailableError } from '../../src/errors.js';
+import { createSharedGate } from '../../src/redis/shared-gate.js';
+import type { FailurePolicy } from '../../src/redis/shared-gate-options.js';
+import { DedicatedRedis, freePort, keysOfTag } from '../helpers/redis-server.js';
+
+function hasRedisServer(): boolean {
+  try {
+    execFileSync('redis-server', ['--version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const skip =
+  hasRedisServer() || process.env['CI'] === 'true'
+    ? false
+    : 'redis-server is not on PATH (apt-get install redis-server)';
+if (skip) console.log(`[redis outage] skipped (${skip})`);
+
+const servers: DedicatedRedis[] = [];
+afterAll(async () => {
+  for (const s of servers) await s.stop();
+});
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+interface Run {
+  readonly scheduledAt: number;
+  startedAt?: number;
+  outcome?: 'ok' | string;
+}
+
+/**
+ * 40 calls per second for 3 s through a gate on a dedicated server holding 50/s; the server is killed
+ * at 0.8 s and started again at 1.8 s.
+ */
+async function outage(failure: FailurePolicy) {
+  const server = new DedicatedRedis(await freePort());
+  servers.push(server);
+  await server.start();
+  const keyPrefix = `outage-${failure}`;
+  const gate = createSharedGate({
+    redis: server.url,
+    keyPrefix,
+    limits: [{ algorithm: 'leaky-bucket', limit: 50, intervalMs: 1000 }],
+    failure,
+    localShare: 0.5,
+    commandTimeoutMs: 100,
+    recoveryProbeMs: 100,
+    maxQueueTimeMs: 3_000,
+  });
+  const t0 = performance.now();
+  const at = () => performance.now() - t0;
+  const events: { kind: 'down' | 'up'; at: number }[] = [];
+  gate.onStoreDown(() => events.push({ kind: 'down', at: at() }));
+  gate.onStoreUp(() => events.push({ kind: 'up', at: at() }));
+  const runs: Run[] = [];
+  const settled: Promise<void>[] = [];
+  let stoppedAt = 0;
+  let restartedAt = 0;
+  const script = (async () => {
+    await sleep(800);
+    stoppedAt = at();
+    await server.stop();
+    await sleep(1_000);
+    await server.start();
+    restartedAt = at();
+  })();
+  for (let i = 0; i < 120; i++) {
+    const run: Run = { scheduledAt: at() };
+    runs.push(run);
+    settled.push(
+      gate
+        .schedule(() => {
+          run.startedAt = at();
+        })
+        .then(
+          () => {
+            run.outcome = 'ok';
+          },
+          (error: { code?: string }) => {
+            run.outcome = error.code ?? String(error);
+          },
+        ),
+    );
+    await sleep(25);
+  }
+  await script;
+  await Promise.all(settled);
+  // Shortly after recovery, decisions are made in Redis again: its keys reappear.
+  await sleep(300);
+  await gate.schedule(() => {});
+  const admin = new Redis(server.url);
+  const keys = await keysOfTag(admin, `{${keyPrefix}:*`);
+  admin.disconnect();
+  const stats = gate.stats();
+  await gate.close();
+  return { runs, events, stoppedAt, restartedAt, keys, stats };
+}
+
+describe.skipIf(skip !== false)('Redis outage and recovery', () => {
+  it('fail-closed: calls during the outage reject with StoreUnavailableError; the gate recovers by itself', async () => {
+    const { runs, events, stoppedAt, restartedAt, keys, stats } = await outage('fail-closed');
+    // Every call settled exactly once: none lost.
+    expect(runs.every((r) => r.outcome !== undefined)).toBe(true);
+    const rejected = runs.filter((r) => r.outcome === 'ERR_STORE_UNAVAILABLE');
+    expect(rejected.length).toBeGreaterThan(10);
+    expect(runs.every((r) => r.outcome === 'ok' || r.outcome === 'ERR_STORE_UNAVAILABLE')).toBe(true);
+    // Rejected calls never ran.
+    expect(rejected.every((r) => r.startedAt === undefined)).toBe(true);
+    // Before the outage and after recovery, every call went through.
+    const up = events.find((e) => e.kind === 'up')!;
+    expect(runs.filter((r) => r.scheduledAt < stoppedAt - 50).every((r) => r.outcome === 'ok')).toBe(true);
+    expect(runs.filter((r) => r.scheduledAt > up.at + 50).every((r) => r.outcome === 'ok')).toBe(true);
+    expect(events.map((e) => e.kind)).toEqual(['down', 'up']);
+    expect(events[0]!.at - stoppedAt).toBeLessThan(500);
+    expect(up.at - restartedAt).toBeLessThan(1_500);
+    expect(stats.storeUp).toBe(true);
+    expect(keys.length).toBeGreaterThan(0);
+    console.log(
+      `[redis outage] fail-closed: ${rejected.length} of 120 rejected; down ${(events[0]!.at - stoppedAt).toFixed(0)} ms after the kill, ` +
+        `up ${(up.at - restartedAt).toFixed(0)} ms after the restart`,
+    );
+  }, 30_000);
+
+  it('fail-open: every call is admitted during the outage; the gate recovers by itself', async () => {
+    const { runs, events, restartedAt, keys, stats } = await outage('fail-open');
+    expect(runs.every((r) => r.outcome === 'ok')).toBe(true);
+    expect(events.map((e) => e.kind)).toEqual(['down', 'up']);
+    expect(events[1]!.at - restartedAt).toBeLessThan(1_500);
+    expect(stats.storeUp).toBe(true);
+    expect(keys.length).toBeGreaterThan(0);
+  }, 30_000);
+
+  it('local: calls go through an in-memory gate holding localShare of the quota, then back to Redis', async () => {
+    const { runs, events, stoppedAt, restartedAt, keys, stats } = await outage('local');
+    expect(runs.every((r) => r.outcome === 'ok')).toBe(true);
+    expect(stats.fallbackCalls).toBeGreaterThan(10);
+    const down = events.find((e) => e.kind === 'down')!;
+    const up = events.find((e) => e.kind === 'up')!;
+    // Calls admitted locally were held to half the limit: 25/s, 40 ms apart.
+    const local = runs
+      .filter((r) => r.scheduledAt > down.at + 5 && r.scheduledAt < up.at - 5)
+      .map((r) => r.startedAt!)
+      .sort((a, b) => a - b);
+    for (let i = 1; i < local.length; i++) expect(local[i]! - local[i - 1]!).toBeGreaterThanOrEqual(39);
+    expect(events.map((e) => e.kind)).toEqual(['down', 'up']);
+    expect(up.at - restartedAt).toBeLessThan(1_500);
+    expect(stats.storeUp).toBe(true);
+    expect(keys.length).toBeGreaterThan(0);
+    console.log(
+      `[redis outage] local: ${stats.fallbackCalls} calls through the fallback at <= 25/s; down ${(down.at - stoppedAt).toFixed(0)} ms ` +
+        `after the kill, up ${(up.at - restartedAt).toFixed(0)} ms after the restart`,
+    );
+  }, 30_000);
+
+  it('a Redis slower than commandTimeoutMs counts as down, and the gate comes back when it answers again', async () => {
+    const server = new DedicatedRedis(await freePort());
+    servers.push(server);
+    await server.start();
+    const gate = createSharedGate({
+      redis: server.url,
+      keyPrefix: 'slow',
+      limits: [{ algorithm: 'token-bucket', limit: 100, intervalMs: 1000 }],
+      failure: 'fail-closed',
+      commandTimeoutMs: 100,
+      recoveryProbeMs: 100,
+    });
+    const events: string[] = [];
+    gate.onStoreDown(() => events.push('down'));
+    gate.onStoreUp(() => events.push('up'));
+    await gate.schedule(() => {});
+    const admin = new Redis(server.url);
+    await admin.call('CLIENT', 'PAUSE', '600', 'ALL');
+    const started = performance.now();
+    await expect(gate.schedule(() => {})).rejects.toBeInstanceOf(StoreUnavailableError);
+    // Refused after the command timeout, not after Redis woke up.
+    expect(performance.now() - started).toBeLessThan(400);
+    await sleep(900);
+    expect(await gate.schedule(() => 'back')).toBe('back');
+    expect(events).toEqual(['down', 'up']);
+    admin.disconnect();
+    await gate.close();
+  }, 30_000);
+});
