@@ -21,21 +21,23 @@ export class CallQueue<E extends QueueEntry> {
 
   /** Append `entry` behind its priority; returns true when nothing of lower priority is queued (a pure append). */
   push(entry: E): boolean {
-    const lanes = this.lanes;
-    let i = 0;
-    while (i < lanes.length && lanes[i]!.priority > entry.priority) i++;
-    let lane = lanes[i];
-    if (lane === undefined || lane.priority !== entry.priority) {
-      lane = { priority: entry.priority, items: [], head: 0 };
-      lanes.splice(i, 0, lane);
-    }
-    lane.items.push(entry);
+    const index = this.laneIndex(entry.priority);
+    this.lanes[index]!.items.push(entry);
     this.size++;
-    for (let j = i + 1; j < lanes.length; j++) {
-      const later = lanes[j]!;
+    for (let j = index + 1; j < this.lanes.length; j++) {
+      const later = this.lanes[j]!;
       if (later.head < later.items.length) return false;
     }
     return true;
+  }
+
+  /** Index of the lane for `priority`, created in order if missing. */
+  private laneIndex(priority: number): number {
+    const lanes = this.lanes;
+    let i = 0;
+    while (i < lanes.length && lanes[i]!.priority > priority) i++;
+    if (lanes[i]?.priority !== priority) lanes.splice(i, 0, { priority, items: [], head: 0 });
+    return i;
   }
 
   /**
@@ -53,14 +55,7 @@ export class CallQueue<E extends QueueEntry> {
 
   /** Put `entry` back at the front of its priority lane (a retried call keeps its turn). */
   unshift(entry: E): void {
-    const lanes = this.lanes;
-    let i = 0;
-    while (i < lanes.length && lanes[i]!.priority > entry.priority) i++;
-    let lane = lanes[i];
-    if (lane === undefined || lane.priority !== entry.priority) {
-      lane = { priority: entry.priority, items: [], head: 0 };
-      lanes.splice(i, 0, lane);
-    }
+    const lane = this.lanes[this.laneIndex(entry.priority)]!;
     if (lane.head > 0) lane.items[--lane.head] = entry;
     else lane.items.unshift(entry);
     entry.removed = false;
