@@ -6,6 +6,7 @@
 import {
   type BudgetGuard,
   type BudgetSpec,
+  type BudgetSpend,
   createBudgetGuard,
   createGate,
   defaultLedgerPath,
@@ -30,28 +31,45 @@ export interface GateConfig {
   /** Calls waiting in one partition's queue (the producer's window keeps it below this). */
   readonly maxQueue: number;
   readonly redis: string | undefined;
+  /** Prefix of the shared gate's Redis keys: jobs with the same prefix share one quota. */
+  readonly redisPrefix: string | undefined;
+}
+
+/** What a run uses of a gate: the in-memory `Gate` and the shared (Redis) gate both have it. */
+export interface RunnableGate {
+  schedule: Gate['schedule'];
+  now(): number;
+  onPause(
+    listener: (event: { key: string | undefined; untilMs: number; reason: string }) => void,
+  ): () => void;
+  close(options?: { queued?: 'run' | 'reject' }): Promise<void>;
 }
 
 export interface RunGate {
-  readonly gate: Gate;
+  readonly gate: RunnableGate;
   readonly guard: BudgetGuard | undefined;
   /** Where the budgets' spend is recorded (a path, or `memory`). */
   readonly ledgerLabel: string | undefined;
+  /** Spend per budget now (empty without budgets). */
+  spend(): BudgetSpend[];
   close(): Promise<void>;
 }
 
-// Where a shared gate would live. A variable, so that builds without it still compile and bundle.
-const redisModule = '../redis/index.js';
+// The shared gate, loaded only for --redis. A variable specifier, so that a build without it still
+// compiles and bundles, and says so at run time.
+const sharedGateModule = '../redis/shared-gate.js';
 
-async function sharedGateFactory(): Promise<
-  ((options: GateOptions & { redis: string }) => Gate) | undefined
-> {
+type SharedGateFactory = (
+  options: Omit<GateOptions, 'budget'> & { redis: string; keyPrefix?: string; budget?: BudgetGuard },
+) => RunnableGate & {
+  onStoreDown?: (listener: (event: unknown) => void) => () => void;
+};
+
+async function sharedGateFactory(): Promise<SharedGateFactory | undefined> {
   try {
-    const mod = (await import(redisModule)) as Record<string, unknown>;
-    const factory = mod['createSharedGate'] ?? mod['createRedisGate'];
-    return typeof factory === 'function'
-      ? (factory as (options: GateOptions & { redis: string }) => Gate)
-      : undefined;
+    const mod = (await import(sharedGateModule)) as Record<string, unknown>;
+    const factory = mod['createSharedGate'];
+    return typeof factory === 'function' ? (factory as SharedGateFactory) : undefined;
   } catch {
     return undefined;
   }
@@ -77,15 +95,14 @@ export async function setUpGate(config: GateConfig): Promise<RunGate> {
       rethrow(error, 'Invalid --budget or --ledger');
     }
   }
-  const options: GateOptions = {
+  const options: Omit<GateOptions, 'budget'> = {
     limits: config.perHost ? [] : config.limits,
     perKey: config.perHost ? config.limits : [],
     maxQueueTimeMs: config.maxQueueTimeMs,
     maxQueue: config.maxQueue,
     adapt: config.headerAdapt ? (config.adapt ?? {}) : false,
   };
-  if (guard !== undefined) options.budget = guard;
-  let gate: Gate;
+  let gate: RunnableGate;
   try {
     if (config.redis !== undefined) {
       const factory = await sharedGateFactory();
@@ -95,17 +112,25 @@ export async function setUpGate(config: GateConfig): Promise<RunGate> {
             `${config.redis}. Run without --redis (limits then hold for this process only).`,
         );
       }
-      gate = factory({ ...options, redis: config.redis });
-    } else gate = createGate(options);
+      gate = factory({
+        ...options,
+        redis: config.redis,
+        ...(config.redisPrefix === undefined ? {} : { keyPrefix: config.redisPrefix }),
+        ...(guard === undefined ? {} : { budget: guard }),
+      });
+    } else {
+      gate = createGate(guard === undefined ? options : { ...options, budget: guard });
+    }
   } catch (error) {
     guard?.close();
     if (error instanceof CliError) throw error;
-    rethrow(error, 'Invalid limits');
+    rethrow(error, config.redis === undefined ? 'Invalid limits' : 'Cannot start the shared gate');
   }
   return {
     gate,
     guard,
     ledgerLabel,
+    spend: () => guard?.spend() ?? [],
     close: async () => {
       await gate.close({ queued: 'reject' });
       guard?.close();

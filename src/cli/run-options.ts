@@ -39,6 +39,7 @@ export const runFlags = {
   'max-queue-time': { type: 'string' },
   timeout: { type: 'string' },
   redis: { type: 'string' },
+  'redis-prefix': { type: 'string' },
   'base-url': { type: 'string' },
   header: { type: 'string', short: 'H', multiple: true },
   'keep-header': { type: 'string', multiple: true },
@@ -85,7 +86,9 @@ Input and output:
   --window 256             most requests read ahead of their results (memory bound)
   --progress auto|bar|plain|none   (auto: a bar on a terminal, plain lines otherwise)
   -c, --config FILE.json   the same options as JSON (keys in camelCase; flags win)
-  --redis URL              share limits with other processes through Redis (when available)
+  --redis URL              share limits, pauses and learned limits with every process using
+                           the same Redis and prefix (when this build has the shared gate)
+  --redis-prefix NAME      key prefix in Redis (default tollgate): one quota per prefix
 
 Ctrl-C stops reading, lets requests in flight finish and writes their results; a second Ctrl-C
 aborts them. Run \`tollgate --help\` for the exit codes.`;
@@ -111,6 +114,7 @@ const configKeys = [
   'maxQueueTime',
   'timeout',
   'redis',
+  'redisPrefix',
   'baseUrl',
   'headers',
   'keepHeaders',
@@ -473,6 +477,11 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
     values['per-host'] ?? (file.perHost === undefined ? false : asBoolean(label('perHost'), file.perHost));
   const redis =
     values.redis ?? (file.redis === undefined ? undefined : asStringOrNumber(label('redis'), file.redis));
+  const redisPrefix =
+    values['redis-prefix'] ??
+    (file.redisPrefix === undefined ? undefined : asStringOrNumber(label('redisPrefix'), file.redisPrefix));
+  if (redisPrefix !== undefined && redis === undefined)
+    warnings.push('--redis-prefix has no effect without --redis.');
 
   const config: RunConfig = {
     input,
@@ -486,6 +495,7 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
     maxQueueTimeMs,
     maxQueue: Math.max(10_000, window + 1),
     redis,
+    redisPrefix,
     strict,
     retryFailed,
     timeoutMs,

@@ -20,15 +20,13 @@ import {
   BudgetExceededError,
   type BudgetSpend,
   formatMicros,
-  type Inspection,
   isTollgateError,
   RateLimitedError,
-  type ScheduleOptions,
 } from '../index.js';
 import { CliError } from './cli-error.js';
 import { ExitCode, type ExitCodeValue } from './exit-codes.js';
 import { type GateConfig, setUpGate } from './gate-setup.js';
-import { bodyText, type Fetched, inspect, type Pricing, send } from './http-call.js';
+import { type Attempt, bodyText, type Fetched, type Pricing, send } from './http-call.js';
 import { IdealSchedule } from './ideal-schedule.js';
 import { readFileLines, readLines } from './jsonl.js';
 import { createProgress, type ProgressMode, type ProgressState } from './progress.js';
@@ -291,7 +289,7 @@ export async function runBatch(
     const elapsedSec = firstStart === undefined ? 0 : (gate.now() - firstStart) / 1000;
     let spend = '';
     if (run.guard !== undefined) {
-      const first = gate.spend()[0];
+      const first = run.spend()[0];
       if (first !== undefined) {
         const held =
           first.reservedMicros > 0 ? ` (+${formatMicros(first.reservedMicros, currency)} reserved)` : '';
@@ -337,53 +335,37 @@ export async function runBatch(
     let attempts = 0;
     let busyMs = 0;
     let lastStatus: number | undefined;
-    let lastInspection: Inspection | undefined;
-    const fn = async (): Promise<Fetched> => {
+    const onAttempt = (attempt: Attempt) => {
       attempts++;
       attemptsTotal++;
-      const startedAt = gate.now();
       if (attempts === 1) {
         sent++;
-        firstStart ??= startedAt;
+        firstStart ??= attempt.startedAt;
         ideal.add(request.cost, key);
       }
-      let status: number | undefined;
-      try {
-        const signal = Number.isFinite(config.timeoutMs)
-          ? AbortSignal.any([kill.signal, AbortSignal.timeout(config.timeoutMs)])
-          : kill.signal;
-        const fetched = await send(request, baseHeaders, signal);
-        status = fetched.status;
-        return fetched;
-      } finally {
-        const endedAt = gate.now();
-        busyMs += endedAt - startedAt;
-        lastStatus = status;
-        if (status === 429) throttled++;
-        else if (status !== undefined && status >= 500) serverErrors++;
-        hooks.onAttempt?.({ id: request.idKey, startedAt, endedAt, status });
-      }
+      busyMs += attempt.endedAt - attempt.startedAt;
+      lastStatus = attempt.status;
+      if (attempt.status === 429) throttled++;
+      else if (attempt.status !== undefined && attempt.status >= 500) serverErrors++;
+      hooks.onAttempt?.({ id: request.idKey, ...attempt });
     };
-    const options: ScheduleOptions = {
-      key,
-      signal: halt.signal,
-      inspect: (fetched: Fetched) => {
-        lastInspection = inspect(fetched, request.method, config.pricing);
-        return lastInspection;
-      },
-    };
-    if (request.cost !== undefined) options.cost = request.cost;
-    if (request.priority !== undefined) options.priority = request.priority;
-    if (estimate !== undefined) options.priceMicros = estimate;
-
     let result: Record<string, unknown>;
     let priceMicros: number | undefined;
     let success = false;
     try {
-      const fetched = await gate.schedule(fn, options);
+      const { fetched, actualPriceMicros } = await send(request, estimate, {
+        gate,
+        pricing: config.pricing,
+        baseHeaders,
+        stop: halt.signal,
+        kill: kill.signal,
+        timeoutMs: config.timeoutMs,
+        now: () => gate.now(),
+        onAttempt,
+      });
       const at = gate.now();
       success = fetched.status < 400;
-      priceMicros = lastInspection?.actualPriceMicros ?? estimate;
+      priceMicros = actualPriceMicros ?? estimate;
       result = {
         id: request.id,
         line: request.line,
@@ -503,7 +485,7 @@ export async function runBatch(
     signals.kill?.removeEventListener('abort', onKill);
     progress.stop(state());
     writer.close();
-    if (run.guard !== undefined) spend = gate.spend();
+    spend = run.spend();
     await run.close();
   }
   if (fatal !== undefined) throw fatal;
