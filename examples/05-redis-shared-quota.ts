@@ -34,11 +34,11 @@ async function worker(): Promise<void> {
     keyPrefix: string;
     id: number;
   };
-  // 28/s evenly spaced for the whole account: a little under 30 for network jitter.
+  // 25/s evenly spaced for the whole account: under 30, for network and scheduling jitter.
   const gate = createSharedGate({
     redis: redisUrl,
     keyPrefix,
-    limits: [{ algorithm: 'leaky-bucket', limit: 28, intervalMs: 1_000 }],
+    limits: [{ algorithm: 'leaky-bucket', limit: 25, intervalMs: 1_000 }],
   });
   const results = await Promise.allSettled(
     Array.from({ length: callsPerWorker }, (_, i) =>
@@ -77,7 +77,10 @@ async function main(): Promise<void> {
     } else console.log(message);
     return;
   }
-  const api = await startSimulatedApi({ policy: { kind: 'sliding-window', limit: 30, intervalMs: 1_000 } });
+  // The provider's quota: 30 requests in any second for the account. The simulated server accepts
+  // everything and records arrivals, so the check below measures what the workers sent.
+  const quota = { kind: 'sliding-window', limit: 30, intervalMs: 1_000 } as const;
+  const api = await startSimulatedApi({ policy: { kind: 'none' } });
   const keyPrefix = `tollgate-example-${process.pid}-${Date.now()}`;
   const started = performance.now();
   const reports = await Promise.all(
@@ -104,11 +107,12 @@ async function main(): Promise<void> {
   const stats = api.stats();
   for (const r of reports) console.log(`worker ${r.worker}: ${r.ok} ok, ${r.failed} failed`);
   console.log(
-    `${workers} workers, ${workers * callsPerWorker} calls in ${seconds} s; server: ${stats.rejected} × 429, ` +
-      `busiest second ${stats.maxAcceptedInWindow(1_000).requests}/30, over-limit windows ${stats.overLimitWindows()}`,
+    `${workers} workers, ${workers * callsPerWorker} calls in ${seconds} s; ` +
+      `busiest second ${stats.maxAcceptedInWindow(1_000).requests}/30, seconds over the quota: ${stats.overLimitWindows(quota)}`,
   );
   await api.close();
-  if (stats.overLimitWindows() !== 0 || reports.some((r) => r.ok !== callsPerWorker)) process.exitCode = 1;
+  if (stats.overLimitWindows(quota) !== 0 || reports.some((r) => r.ok !== callsPerWorker))
+    process.exitCode = 1;
 }
 
 if (process.env['EXAMPLE_WORKER'] !== undefined) await worker();

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type SimulatedApi, startSimulatedApi } from '../../src/testing/index.js';
-import { readResults, runCli, writeJsonl } from './cli-helpers.js';
+import { lineCount, readResults, runCli, spawnCli, waitFor, writeJsonl } from './cli-helpers.js';
 
 let api: SimulatedApi;
 let dir: string;
@@ -239,5 +239,44 @@ describe('config file', () => {
     expect(badValue.code).toBe(2);
     expect(badValue.stderr).toContain('Expected `rate` in');
     expect(badValue.stderr).toContain('got `quick`');
+  });
+});
+
+describe('Ctrl-C', () => {
+  it('once lets requests in flight finish; twice aborts them, writing no result for them', async () => {
+    const slow = await startSimulatedApi({ policy: { kind: 'none' }, latencyMs: 1_500 });
+    try {
+      writeJsonl(
+        input,
+        Array.from({ length: 9 }, (_, i) => ({ id: `slow-${i + 1}`, url: `${slow.url}/v1/slow/${i + 1}` })),
+      );
+      const args = ['run', input, '--out', out, '--concurrency', '3', '--progress', 'none'];
+
+      // Once: the three in flight finish and are written; the rest is not sent.
+      const once = spawnCli(args);
+      await waitFor(() => slow.stats().received >= 3, 10_000, 'three requests in flight');
+      once.child.kill('SIGINT');
+      const first = await once.done;
+      expect(first.code).toBe(130);
+      expect(first.stderr).toContain('Stopping: no new requests');
+      expect(lineCount(out)).toBe(3);
+      expect(slow.stats().received).toBe(3);
+
+      // Twice: the three in flight are aborted, nothing more is written, and it exits at once.
+      const twice = spawnCli(args);
+      await waitFor(() => slow.stats().received >= 6, 10_000, 'three more in flight');
+      twice.child.kill('SIGINT');
+      await new Promise((r) => setTimeout(r, 100));
+      const killedAt = Date.now();
+      twice.child.kill('SIGINT');
+      const second = await twice.done;
+      expect(Date.now() - killedAt).toBeLessThan(1_200);
+      expect(second.code).toBe(130);
+      expect(second.stderr).toContain('Aborting the requests in flight');
+      expect(second.stdout).toContain('interrupted (requests in flight aborted)');
+      expect(lineCount(out)).toBe(3);
+    } finally {
+      await slow.close();
+    }
   });
 });

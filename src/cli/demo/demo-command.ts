@@ -177,7 +177,7 @@ export async function demoCommand(args: readonly string[]): Promise<ExitCodeValu
     out.write(
       `\n  "server's minimum": the least time the hidden limit allows for the requests each run got accepted.\n` +
         `  tollgate was told only --concurrency 8: it paced itself from the response headers, and it\n` +
-        `  reserved each request's price before sending, so spend stopped at the budget.\n`,
+        `  reserved each request's price before sending, so ${heldBack > 0 ? 'spend stopped at the budget' : 'spend could not pass the budget'}.\n`,
     );
 
     const runs: ChartRun[] = [
