@@ -3,6 +3,7 @@ import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { budget } from './budget.js';
+import { goodput } from './goodput.js';
 import { overhead } from './overhead.js';
 import { precision } from './precision.js';
 import { fmt, table } from './stats.js';
@@ -99,6 +100,29 @@ if (!only || only === 'budget') {
     'The ledger commits each reservation before the call is sent (SQLite WAL, synchronous=NORMAL, BEGIN IMMEDIATE).',
     '',
     b.markdown,
+  );
+}
+
+if (!only || only === 'goodput') {
+  console.log('goodput...');
+  // `bench/run.ts goodput [scenario,...] [contender,...]` runs a subset while iterating.
+  const g = await goodput(process.argv[3]?.split(','), process.argv[4]?.split(','));
+  sections.push(
+    '## Goodput against the simulated paid API',
+    '',
+    'The server (`tollgate/testing`, 127.0.0.1, 5-20 ms per accepted request) runs in the bench process; each contender runs in its own',
+    'process and sends real HTTP requests (fetch; axios for axios-rate-limit, loaded only when installed). *span / minimum*: first to last',
+    'accepted arrival at the server over the least span the hidden policy allows for the batch. *Sends inside a Retry-After*: requests',
+    "dispatched while an earlier answer's Retry-After (capped as the scenario says) still ran. *dispatch→arrival*: from the client's call",
+    'to the server reading the request. A contender still busy at the timeout is stopped: its calls are *unfinished* (*hung* when a',
+    "day-long Retry-After holds them). `tollgate` is configured with the provider's exact numbers; `tollgate+margin` is the same gate",
+    'configured with a 50 ms safety margin (token buckets keep 50 ms of refill unused, windows are 50 ms longer): a configuration',
+    'prototype of what the gate should do itself, not a gate feature.',
+    '',
+    g.markdown,
+    '### Must show (issue 3)',
+    '',
+    ...Object.entries(g.mustShows).flatMap(([who, lines]) => [`${who}:`, '', ...lines, '']),
   );
 }
 
