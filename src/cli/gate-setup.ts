@@ -55,24 +55,25 @@ export interface RunGate {
   close(): Promise<void>;
 }
 
-// The shared gate, loaded only for --redis. A variable specifier, so that a build without it still
-// compiles and bundles, and says so at run time.
-const sharedGateModule = '../redis/shared-gate.js';
+// The shared gate, loaded only for --redis, from wherever this build has it: a `redis` entry next to
+// the bundled CLI (dist/redis.js), or the sources (src/redis/) when run with tsx. Variable
+// specifiers, so that a build without it still compiles and bundles, and says so at run time.
+const sharedGateModules = ['./redis.js', '../redis/index.js', '../redis/shared-gate.js'];
 
 type SharedGateFactory = (
   options: Omit<GateOptions, 'budget'> & { redis: string; keyPrefix?: string; budget?: BudgetGuard },
-) => RunnableGate & {
-  onStoreDown?: (listener: (event: unknown) => void) => () => void;
-};
+) => RunnableGate;
 
 async function sharedGateFactory(): Promise<SharedGateFactory | undefined> {
-  try {
-    const mod = (await import(sharedGateModule)) as Record<string, unknown>;
-    const factory = mod['createSharedGate'];
-    return typeof factory === 'function' ? (factory as SharedGateFactory) : undefined;
-  } catch {
-    return undefined;
+  for (const specifier of sharedGateModules) {
+    try {
+      const mod = (await import(specifier)) as Record<string, unknown>;
+      if (typeof mod['createSharedGate'] === 'function') return mod['createSharedGate'] as SharedGateFactory;
+    } catch {
+      // Not in this build: try the next place.
+    }
   }
+  return undefined;
 }
 
 function rethrow(error: unknown, what: string): never {
