@@ -7,6 +7,12 @@
  * stated, else the longest reset span seen), so the calls that waited for the reset do not all
  * rush out at once and draw 429s. Without a limit it says nothing after the reset until the next
  * response tells.
+ *
+ * Some providers' reset means "full again" rather than "a new window" (OpenAI: "resets to its
+ * initial state"; Anthropic: "fully replenished"): their quota is a token bucket. For those the
+ * quota refills continuously at `refillPerMs` = (limit - remaining) / reset, up to `limit`,
+ * instead of renewing all at once at the reset (which would let a burst through that the
+ * provider's bucket refuses).
  */
 import type { LimitCore } from './limit.js';
 
@@ -25,6 +31,19 @@ export interface ServerQuotaState {
   nextAt: number;
   /** Start number of the call whose response set this state; older responses are stale. */
   seq: number;
+  /** > 0: token-bucket semantics, units per ms refilled up to `limit`; 0: window semantics. */
+  refillPerMs: number;
+  /** When `allowance` was last brought up to date (refill mode). */
+  updatedAt: number;
+}
+
+/** Allowance at `t` in refill mode: what was left, plus the refill since, up to the limit. */
+function refilled(state: ServerQuotaState, t: number): number {
+  // units = units + ms * units/ms, capped at the bucket size (the provider's limit).
+  return Math.min(
+    state.limit ?? Infinity,
+    state.allowance + Math.max(0, t - state.updatedAt) * state.refillPerMs,
+  );
 }
 
 /** Windows renewed without a fresh response before the quota is considered forgotten (idle). */
@@ -73,8 +92,17 @@ export function createServerQuota(unit: string): LimitCore<ServerQuotaState> {
       spacingMs: 0,
       nextAt: now,
       seq: 0,
+      refillPerMs: 0,
+      updatedAt: now,
     }),
     earliestAt(state: ServerQuotaState, cost: number, now: number): number {
+      if (state.refillPerMs > 0) {
+        const tokens = refilled(state, now);
+        // A cost above the provider's bucket never fits: let it go and let the provider answer.
+        if (cost <= tokens || cost > (state.limit ?? Infinity)) return Math.max(state.nextAt, now);
+        // ms = missing units / (units per ms)
+        return now + (cost - tokens) / state.refillPerMs;
+      }
       let allowance = state.allowance;
       let resetAt = state.resetAt;
       if (now >= resetAt) {
@@ -89,6 +117,12 @@ export function createServerQuota(unit: string): LimitCore<ServerQuotaState> {
       return Math.max(state.nextAt, now);
     },
     take(state: ServerQuotaState, cost: number, at: number): ServerQuotaState {
+      if (state.refillPerMs > 0) {
+        state.allowance = refilled(state, at) - cost;
+        state.updatedAt = Math.max(state.updatedAt, at);
+        if (state.spacingMs > 0) state.nextAt = Math.max(state.nextAt, at) + cost * state.spacingMs;
+        return state;
+      }
       roll(state, at);
       if (at >= state.resetAt) return state;
       state.allowance -= cost;
@@ -101,11 +135,14 @@ export function createServerQuota(unit: string): LimitCore<ServerQuotaState> {
       return state;
     },
     available: (state: ServerQuotaState, now: number) => {
+      if (state.refillPerMs > 0) return Math.max(0, Math.floor(refilled(state, now)));
       if (now < state.resetAt) return Math.max(0, Math.floor(state.allowance));
       return renews(state) ? state.limit! : Number.POSITIVE_INFINITY;
     },
     isIdle: (state: ServerQuotaState, now: number) =>
-      now >= state.resetAt + (renews(state) ? RENEWALS_REMEMBERED * state.spanMs : 0),
+      state.refillPerMs > 0
+        ? refilled(state, now) >= (state.limit ?? 0) && now >= state.nextAt
+        : now >= state.resetAt + (renews(state) ? RENEWALS_REMEMBERED * state.spanMs : 0),
     clone: (state: ServerQuotaState): ServerQuotaState => ({ ...state }),
   });
 }

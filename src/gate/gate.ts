@@ -272,6 +272,9 @@ function aimdCore(ratePerSec: number): LimitCore {
 
 const RECENT_STARTS = 32;
 
+/** Header families whose reset is a full refill (a token bucket), not the end of a window. */
+const REFILL_SOURCES = new Set(['openai', 'anthropic']);
+
 function initialStates(cores: readonly LimitCore[], now: number): unknown[] {
   return cores.map((core) => core.initial(now));
 }
@@ -1712,6 +1715,12 @@ export class Gate {
         spacingMs: adapt.pacing === 'spread' && allowance > 0 ? policy!.resetMs! / allowance : 0,
         nextAt: previous?.nextAt ?? now,
         seq: call.seq,
+        // Providers whose reset means "full again" are token buckets: refill continuously.
+        refillPerMs:
+          REFILL_SOURCES.has(policy!.source) && policy!.limit !== undefined && policy!.resetMs! > 0
+            ? Math.max(0, policy!.limit - policy!.remaining!) / policy!.resetMs!
+            : (previous?.refillPerMs ?? 0),
+        updatedAt: now,
       };
       this.setExtra(p, id, quotaCore(unit), state);
       changed = true;

@@ -92,7 +92,9 @@ describe('provider headers through wrapFetch', () => {
     const second = fetch('https://api.openai.com/v1/chat/completions', init);
     await ticks();
     expect(hits).toBe(1);
-    clock.advance(1499);
+    // OpenAI's reset is "back to its initial state": a token bucket refilling 3 requests in 1.5 s,
+    // so one request is available again after 500 ms (not after the full 1.5 s).
+    clock.advance(499);
     await ticks();
     expect(hits).toBe(1);
     clock.advance(1);
@@ -100,7 +102,7 @@ describe('provider headers through wrapFetch', () => {
     expect(hits).toBe(2);
   });
 
-  it('Anthropic: remaining 0 with an RFC 3339 reset waits for that instant', async () => {
+  it('Anthropic: remaining 0 with an RFC 3339 reset refills continuously until that instant', async () => {
     const gate = gateWith();
     const fetch = wrapFetch(gate);
     let hits = 0;
@@ -124,10 +126,11 @@ describe('provider headers through wrapFetch', () => {
       (await fetch('https://api.anthropic.com/v1/messages', { method: 'POST', body: '{}' })).status,
     ).toBe(200);
     const second = fetch('https://api.anthropic.com/v1/messages', { method: 'POST', body: '{}' });
-    clock.advance(4999);
+    // Anthropic's bucket is "fully replenished" at the reset: 50 requests over 5 s, one per 100 ms.
+    clock.advance(99);
     await ticks();
     expect(hits).toBe(1);
-    clock.advanceTo(resetAt);
+    clock.advance(1);
     expect((await second).status).toBe(200);
     expect(hits).toBe(2);
   });
