@@ -87,7 +87,9 @@ export function verdictFor(
   random: () => number,
 ): Verdict {
   const { status, observation } = input;
-  const throttled = status === 429 || (observation.throttled === true && status >= 400) || status === 529;
+  // A throttling marker counts on any status: Shopify GraphQL answers THROTTLED with a 200, and
+  // such a request was not executed, so it is retried like a 429.
+  const throttled = status === 429 || status === 529 || observation.throttled === true;
   const method = (input.method ?? 'GET').toUpperCase();
   const unavailable =
     status === 503 &&

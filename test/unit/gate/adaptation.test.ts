@@ -338,3 +338,26 @@ describe('gate budgets: waiting for the next period', () => {
     expect(sentAt).toEqual([start, Date.parse('2026-12-01T00:00:00Z')]);
   });
 });
+
+describe('gate adaptation: throttling markers', () => {
+  it('retries a 200 whose body says THROTTLED (Shopify GraphQL): the request was not executed', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock, random: () => 0.5, adapt: { backoffBaseMs: 100, aimd: false } });
+    const api = provider(clock, (n) =>
+      n === 0
+        ? {
+            status: 200,
+            headers: {},
+            body: { errors: [{ message: 'Throttled', extensions: { code: 'THROTTLED' } }] },
+          }
+        : { status: 200, headers: {}, body: { data: { shop: { name: 'x' } } } },
+    );
+    const c = api.call('shop');
+    const result = gate.schedule(c.fn, { key: 'shop', inspect: c.inspect });
+    await flush();
+    clock.runAll();
+    await flush();
+    expect(((await result) as FakeResponse).body).toEqual({ data: { shop: { name: 'x' } } });
+    expect(api.sent.length).toBe(2);
+  });
+});
