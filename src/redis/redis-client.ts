@@ -55,6 +55,11 @@ export function loadedScript(name: string, source: string): LoadedScript {
   return { name, source, sha: createHash('sha1').update(source).digest('hex') };
 }
 
+const identity = (reply: unknown): unknown => reply;
+
+/** Returned by a reply parser: run the fallback script with the same arguments. */
+export const AGAIN: unique symbol = Symbol('again');
+
 interface Pending {
   readonly deadline: number;
   readonly reject: (error: unknown) => void;
@@ -80,20 +85,62 @@ export class CommandRunner {
    * EVALSHA `script` with `numKeys` keys first in `keysAndArgs`; on NOSCRIPT (a restarted or flushed
    * server) load it and run it again.
    */
-  evalsha(script: LoadedScript, numKeys: number, keysAndArgs: (string | number)[]): Promise<unknown> {
+  evalsha(
+    script: LoadedScript,
+    numKeys: number,
+    keysAndArgs: readonly (string | number)[],
+  ): Promise<unknown> {
+    return this.evalshaArgs(script, [script.sha, numKeys, ...keysAndArgs], identity);
+  }
+
+  /**
+   * EVALSHA with the arguments ready (`args[0]` the script's SHA, `args[1]` the key count) and the
+   * reply parsed by `parse`: one promise of ours on top of ioredis's, for the hot path. When `parse`
+   * answers `AGAIN`, the same arguments run `fallback` (a general script behind a specialized one).
+   */
+  evalshaArgs<T>(
+    script: LoadedScript,
+    args: (string | number)[],
+    parse: (reply: unknown) => T | typeof AGAIN,
+    fallback?: LoadedScript,
+  ): Promise<T> {
     this.commands++;
-    const args = [script.sha, numKeys, ...keysAndArgs];
-    const sent = this.client.call('EVALSHA', args) as Promise<unknown>;
-    return this.watch(
-      sent.catch((error: unknown) => {
-        if (!String((error as Error)?.message).startsWith('NOSCRIPT')) throw error;
-        this.commands += 2;
-        return (this.client.call('SCRIPT', ['LOAD', script.source]) as Promise<unknown>).then(
-          () => this.client.call('EVALSHA', args) as Promise<unknown>,
-        );
-      }),
-      script.name,
-    );
+    return new Promise<T>((resolve, reject) => {
+      const id = this.track(reject);
+      let current = script;
+      const failed = (error: unknown) => {
+        if (this.pending.delete(id)) reject(unavailable(error, current.name));
+      };
+      const done = (reply: unknown) => {
+        if (!this.pending.has(id)) return;
+        let value: T | typeof AGAIN;
+        try {
+          value = parse(reply);
+        } catch (error) {
+          failed(error);
+          return;
+        }
+        if (value === AGAIN && fallback !== undefined && current !== fallback) {
+          current = fallback;
+          args[0] = fallback.sha;
+          this.commands++;
+          send();
+          return;
+        }
+        this.pending.delete(id);
+        resolve(value as T);
+      };
+      const send = () => {
+        (this.client.call('EVALSHA', args) as Promise<unknown>).then(done, (error: unknown) => {
+          if (!String((error as Error)?.message).startsWith('NOSCRIPT')) return failed(error);
+          this.commands += 2;
+          (this.client.call('SCRIPT', ['LOAD', current.source]) as Promise<unknown>)
+            .then(() => this.client.call('EVALSHA', args) as Promise<unknown>)
+            .then(done, failed);
+        });
+      };
+      send();
+    });
   }
 
   /** Any other command, with the same deadline. */
@@ -113,8 +160,7 @@ export class CommandRunner {
 
   private watch(promise: Promise<unknown>, what: string): Promise<unknown> {
     return new Promise((resolve, reject) => {
-      const id = this.nextId++;
-      this.pending.set(id, { deadline: performance.now() + this.timeoutMs, reject });
+      const id = this.track(reject);
       promise.then(
         (value) => {
           if (this.pending.delete(id)) resolve(value);
@@ -123,8 +169,15 @@ export class CommandRunner {
           if (this.pending.delete(id)) reject(unavailable(error, what));
         },
       );
-      if (this.timer === undefined) this.arm();
     });
+  }
+
+  /** Watch a command's deadline; the caller deletes the returned id when the command answers. */
+  private track(reject: (error: unknown) => void): number {
+    const id = this.nextId++;
+    this.pending.set(id, { deadline: performance.now() + this.timeoutMs, reject });
+    if (this.timer === undefined) this.arm();
+    return id;
   }
 
   private arm(): void {

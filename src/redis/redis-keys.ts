@@ -5,8 +5,9 @@
  * secrets (an API key is a natural partition key): they appear only as SHA-256 digests, never raw.
  *
  *   {tollgate:<h(partition)>}:s:<h(level)>            a level's state (string or hash), TTL until idle
- *   {tollgate:<h(partition)>}:p:<h(scope)|->          a pause (store time ms), TTL until it ends
- *   {tollgate:<h(partition)>}:l:<h(scope)|->          learned limits: id -> 'algo limit intervalMs burst unit'
+ *   {tollgate:<h(partition)>}:m:<h(scope)|->          meta hash: 'p' -> pause end (store time ms),
+ *                                                      'l:<id>' -> learned 'algo limit intervalMs burst unit';
+ *                                                      TTL until the later of the pause's end and the learned TTL
  *   {tollgate:<h(partition)>}:L:<h(scope)|->:<id>     a learned limit's state
  *   tollgate:pause                                     pub/sub channel announcing pauses
  */

@@ -27,38 +27,10 @@
 // Shared helpers and the six algorithms, prepended to the scripts that need them.
 const LIMITS_LUA = `
 local INF = math.huge
-local EPS = 2^-52
-local TINY = 2^-1074
 local NO_HORIZON = -1.7976931348623157e308
 local floor = math.floor
 
 local function fmt(x) return string.format('%.17g', x) end
-
--- core/next-up.ts
-local function nextUp(x)
-  local step = math.abs(x) * EPS
-  if step > 0 then return x + step end
-  return x + TINY
-end
-
--- core/aligned-window.ts
-local function windowStartMs(index, I)
-  local startMs = index * I
-  while floor(startMs / I) < index do startMs = nextUp(startMs) end
-  return startMs
-end
-
-local function decode(s)
-  local t = {}
-  for v in string.gmatch(s, '%S+') do t[#t + 1] = tonumber(v) end
-  return t
-end
-
-local function encode(t)
-  local out = {}
-  for i = 1, #t do out[i] = fmt(t[i]) end
-  return table.concat(out, ' ')
-end
 
 -- TTL (ms) so that a key lives until idleAt (store time), at least 1 ms; minTtl keeps test keys.
 local MIN_TTL = 1
@@ -101,245 +73,302 @@ local function gcraTake(L, tat, cost, at)
 end
 
 ------------------------------------------------------------------------------------------------
--- Fixed window: { w, n, p }
-local function fwUnitsIn(s, index)
-  if index > s[1] then return 0 end
-  if index == s[1] then return s[2] end
-  return s[3]
-end
-local function fwFirstOpen(s)
-  if s[2] > 0 then return s[1] end
-  return s[1] - 1
-end
-local function fwEarliest(L, s, cost, now)
-  if cost > L.limit then return INF end
-  local nowWindow = floor(now / L.I)
-  local window = fwFirstOpen(s)
-  if nowWindow > window then window = nowWindow end
-  while fwUnitsIn(s, window) + cost > L.limit do window = window + 1 end
-  if window == nowWindow then return now end
-  return windowStartMs(window, L.I)
-end
-local function fwTake(L, s, cost, at)
-  local window = floor(at / L.I)
-  if window == s[1] then
-    s[2] = s[2] + cost
-  elseif window > s[1] then
-    if window == s[1] + 1 then s[3] = s[2] else s[3] = 0 end
-    s[2] = cost
-    s[1] = window
-  elseif window == s[1] - 1 then
-    s[3] = s[3] + cost
+-- The window algorithms, built on first use: every closure a script defines is created again on
+-- every run, so a call passing only token or leaky buckets (the common case) skips these.
+local W = nil
+local function windows()
+  if W then return W end
+  local EPS = 2^-52
+  local TINY = 2^-1074
+  -- core/next-up.ts
+  local function nextUp(x)
+    local step = math.abs(x) * EPS
+    if step > 0 then return x + step end
+    return x + TINY
   end
-  return s
-end
-local function fwRefund(L, s, cost, at)
-  local window = floor(at / L.I)
-  if window == s[1] then s[2] = math.max(s[2] - cost, 0)
-  elseif window == s[1] - 1 then s[3] = math.max(s[3] - cost, 0) end
-  return s
-end
-local function fwIdleAt(L, s, now)
-  local nowWindow = floor(now / L.I)
-  local idle
-  if nowWindow > s[1] then idle = true
-  elseif nowWindow == s[1] then idle = s[2] <= 0
-  else idle = nowWindow == s[1] - 1 and s[2] <= 0 and s[3] <= 0 end
-  if idle then return nil end
-  return windowStartMs(s[1] + 1, L.I)
-end
 
-------------------------------------------------------------------------------------------------
--- Sliding window counter: { w, cur, prev, older }
-local function swUnitsIn(s, index)
-  if index > s[1] then return 0 end
-  if index == s[1] then return s[2] end
-  if index == s[1] - 1 then return s[3] end
-  return s[4]
-end
-local function swFirstOpen(s)
-  if s[2] > 0 then return s[1] end
-  return s[1] - 1
-end
-local function swEstimateAt(L, s, t)
-  local x = t / L.I
-  local window = floor(x)
-  if window > s[1] + 1 then return 0 end
-  if window < swFirstOpen(s) then return INF end
-  return swUnitsIn(s, window - 1) * (1 - (x - window)) + swUnitsIn(s, window)
-end
-local function swEarliest(L, s, cost, now)
-  local limit, I = L.limit, L.I
-  if cost > limit then return INF end
-  if swEstimateAt(L, s, now) + cost <= limit then return now end
-  local t = now
-  local window = floor(now / I)
-  local firstOpen = swFirstOpen(s)
-  if window < firstOpen then
-    window = firstOpen
-    t = windowStartMs(window, I)
+  -- core/aligned-window.ts
+  local function windowStartMs(index, I)
+    local startMs = index * I
+    while floor(startMs / I) < index do startMs = nextUp(startMs) end
+    return startMs
   end
-  while true do
-    if swEstimateAt(L, s, t) + cost <= limit then return t end
-    local weighted = swUnitsIn(s, window - 1)
-    local room = limit - swUnitsIn(s, window) - cost
-    if room >= 0 and weighted > 0 then
-      local solved = (window + 1 - room / weighted) * I
-      if solved > t then t = solved end
-      local step = 0
-      while step < 64 and floor(t / I) == window do
-        if swEstimateAt(L, s, t) + cost <= limit then return t end
-        t = nextUp(t)
-        step = step + 1
+
+  local function decode(s)
+    local t = {}
+    for v in string.gmatch(s, '%S+') do t[#t + 1] = tonumber(v) end
+    return t
+  end
+
+  local function encode(t)
+    local out = {}
+    for i = 1, #t do out[i] = fmt(t[i]) end
+    return table.concat(out, ' ')
+  end
+
+
+  ------------------------------------------------------------------------------------------------
+  -- Fixed window: { w, n, p }
+  local function fwUnitsIn(s, index)
+    if index > s[1] then return 0 end
+    if index == s[1] then return s[2] end
+    return s[3]
+  end
+  local function fwFirstOpen(s)
+    if s[2] > 0 then return s[1] end
+    return s[1] - 1
+  end
+  local function fwEarliest(L, s, cost, now)
+    if cost > L.limit then return INF end
+    local nowWindow = floor(now / L.I)
+    local window = fwFirstOpen(s)
+    if nowWindow > window then window = nowWindow end
+    while fwUnitsIn(s, window) + cost > L.limit do window = window + 1 end
+    if window == nowWindow then return now end
+    return windowStartMs(window, L.I)
+  end
+  local function fwTake(L, s, cost, at)
+    local window = floor(at / L.I)
+    if window == s[1] then
+      s[2] = s[2] + cost
+    elseif window > s[1] then
+      if window == s[1] + 1 then s[3] = s[2] else s[3] = 0 end
+      s[2] = cost
+      s[1] = window
+    elseif window == s[1] - 1 then
+      s[3] = s[3] + cost
+    end
+    return s
+  end
+  local function fwRefund(L, s, cost, at)
+    local window = floor(at / L.I)
+    if window == s[1] then s[2] = math.max(s[2] - cost, 0)
+    elseif window == s[1] - 1 then s[3] = math.max(s[3] - cost, 0) end
+    return s
+  end
+  local function fwIdleAt(L, s, now)
+    local nowWindow = floor(now / L.I)
+    local idle
+    if nowWindow > s[1] then idle = true
+    elseif nowWindow == s[1] then idle = s[2] <= 0
+    else idle = nowWindow == s[1] - 1 and s[2] <= 0 and s[3] <= 0 end
+    if idle then return nil end
+    return windowStartMs(s[1] + 1, L.I)
+  end
+
+  ------------------------------------------------------------------------------------------------
+  -- Sliding window counter: { w, cur, prev, older }
+  local function swUnitsIn(s, index)
+    if index > s[1] then return 0 end
+    if index == s[1] then return s[2] end
+    if index == s[1] - 1 then return s[3] end
+    return s[4]
+  end
+  local function swFirstOpen(s)
+    if s[2] > 0 then return s[1] end
+    return s[1] - 1
+  end
+  local function swEstimateAt(L, s, t)
+    local x = t / L.I
+    local window = floor(x)
+    if window > s[1] + 1 then return 0 end
+    if window < swFirstOpen(s) then return INF end
+    return swUnitsIn(s, window - 1) * (1 - (x - window)) + swUnitsIn(s, window)
+  end
+  local function swEarliest(L, s, cost, now)
+    local limit, I = L.limit, L.I
+    if cost > limit then return INF end
+    if swEstimateAt(L, s, now) + cost <= limit then return now end
+    local t = now
+    local window = floor(now / I)
+    local firstOpen = swFirstOpen(s)
+    if window < firstOpen then
+      window = firstOpen
+      t = windowStartMs(window, I)
+    end
+    while true do
+      if swEstimateAt(L, s, t) + cost <= limit then return t end
+      local weighted = swUnitsIn(s, window - 1)
+      local room = limit - swUnitsIn(s, window) - cost
+      if room >= 0 and weighted > 0 then
+        local solved = (window + 1 - room / weighted) * I
+        if solved > t then t = solved end
+        local step = 0
+        while step < 64 and floor(t / I) == window do
+          if swEstimateAt(L, s, t) + cost <= limit then return t end
+          t = nextUp(t)
+          step = step + 1
+        end
+      end
+      window = window + 1
+      t = windowStartMs(window, I)
+    end
+  end
+  local function swTake(L, s, cost, at)
+    local window = floor(at / L.I)
+    local ahead = window - s[1]
+    if ahead == 0 then
+      s[2] = s[2] + cost
+    elseif ahead > 0 then
+      local older = 0
+      if ahead == 1 then older = s[3] elseif ahead == 2 then older = s[2] end
+      local prev = 0
+      if ahead == 1 then prev = s[2] end
+      s[4] = older
+      s[3] = prev
+      s[2] = cost
+      s[1] = window
+    elseif ahead == -1 then
+      s[3] = s[3] + cost
+    elseif ahead == -2 then
+      s[4] = s[4] + cost
+    end
+    return s
+  end
+  local function swRefund(L, s, cost, at)
+    local ahead = floor(at / L.I) - s[1]
+    if ahead == 0 then s[2] = math.max(s[2] - cost, 0)
+    elseif ahead == -1 then s[3] = math.max(s[3] - cost, 0)
+    elseif ahead == -2 then s[4] = math.max(s[4] - cost, 0) end
+    return s
+  end
+  local function swIdleAt(L, s, now)
+    local nowWindow = floor(now / L.I)
+    local idle = true
+    if nowWindow < swFirstOpen(s) then idle = false
+    else
+      for window = nowWindow - 1, s[1] do
+        if swUnitsIn(s, window) > 0 then idle = false end
       end
     end
-    window = window + 1
-    t = windowStartMs(window, I)
+    if idle then return nil end
+    return windowStartMs(s[1] + 2, L.I)
   end
-end
-local function swTake(L, s, cost, at)
-  local window = floor(at / L.I)
-  local ahead = window - s[1]
-  if ahead == 0 then
-    s[2] = s[2] + cost
-  elseif ahead > 0 then
-    local older = 0
-    if ahead == 1 then older = s[3] elseif ahead == 2 then older = s[2] end
-    local prev = 0
-    if ahead == 1 then prev = s[2] end
-    s[4] = older
-    s[3] = prev
-    s[2] = cost
-    s[1] = window
-  elseif ahead == -1 then
-    s[3] = s[3] + cost
-  elseif ahead == -2 then
-    s[4] = s[4] + cost
-  end
-  return s
-end
-local function swRefund(L, s, cost, at)
-  local ahead = floor(at / L.I) - s[1]
-  if ahead == 0 then s[2] = math.max(s[2] - cost, 0)
-  elseif ahead == -1 then s[3] = math.max(s[3] - cost, 0)
-  elseif ahead == -2 then s[4] = math.max(s[4] - cost, 0) end
-  return s
-end
-local function swIdleAt(L, s, now)
-  local nowWindow = floor(now / L.I)
-  local idle = true
-  if nowWindow < swFirstOpen(s) then idle = false
-  else
-    for window = nowWindow - 1, s[1] do
-      if swUnitsIn(s, window) > 0 then idle = false end
-    end
-  end
-  if idle then return nil end
-  return windowStartMs(s[1] + 2, L.I)
-end
 
-------------------------------------------------------------------------------------------------
--- Sliding log: { horizon, t0, c0, t1, c1, ... } (entry k: time at 2 + 2k, cost at 3 + 2k)
-local function slQueueEnd(log)
-  local n = #log
-  local lastMs = NO_HORIZON
-  if n > 1 then lastMs = log[n - 1] end
-  if lastMs > log[1] then return lastMs end
-  return log[1]
-end
-local function slPrune(L, log, cutoffMs, lazy)
-  local n = #log
-  local count = (n - 1) / 2
-  local lo, hi = 0, count
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if log[2 + 2 * mid] + L.I <= cutoffMs then lo = mid + 1 else hi = mid end
+  ------------------------------------------------------------------------------------------------
+  -- Sliding log: { horizon, t0, c0, t1, c1, ... } (entry k: time at 2 + 2k, cost at 3 + 2k)
+  local function slQueueEnd(log)
+    local n = #log
+    local lastMs = NO_HORIZON
+    if n > 1 then lastMs = log[n - 1] end
+    if lastMs > log[1] then return lastMs end
+    return log[1]
   end
-  if lo == 0 or (lazy and lo * 2 < count) then return end
-  local exitMs = log[2 + 2 * (lo - 1)] + L.I
-  if exitMs > log[1] then log[1] = exitMs end
-  local shift = 2 * lo
-  for j = 2, n - shift do log[j] = log[j + shift] end
-  for j = n, n - shift + 1, -1 do log[j] = nil end
-end
-local function slEarliest(L, log, cost, now)
-  if cost > L.limit then return INF end
-  local fromMs = slQueueEnd(log)
-  if now > fromMs then fromMs = now end
-  local n = #log
-  local first = n + 1
-  local units = 0
-  local i = n - 1
-  while i >= 2 do
-    if log[i] + L.I <= fromMs then break end
-    units = units + log[i + 1]
-    first = i
-    i = i - 2
-  end
-  local excess = units + cost - L.limit
-  if excess <= 0 then return fromMs end
-  local freed = 0
-  i = first
-  while i < n do
-    freed = freed + log[i + 1]
-    if freed >= excess then return log[i] + L.I end
-    i = i + 2
-  end
-  return INF
-end
-local function slTake(L, log, cost, at)
-  local n = #log
-  if n == 1 then
-    log[2] = at
-    log[3] = cost
-    return log
-  end
-  local lastMs = log[n - 1]
-  slPrune(L, log, lastMs - L.I, true)
-  if at > lastMs then
-    local m = #log
-    log[m + 1] = at
-    log[m + 2] = cost
-    return log
-  end
-  local i = #log - 1
-  while i >= 2 and log[i] > at do i = i - 2 end
-  if i >= 2 and log[i] == at then
-    log[i + 1] = log[i + 1] + cost
-  else
-    table.insert(log, i + 2, at)
-    table.insert(log, i + 3, cost)
-  end
-  return log
-end
-local function slRefund(L, log, cost, at, now)
-  local i = #log - 1
-  while i >= 2 do
-    local timeMs = log[i]
-    if timeMs < at then break end
-    if timeMs == at then
-      local left = log[i + 1] - cost
-      if left > 0 then
-        log[i + 1] = left
-      else
-        table.remove(log, i)
-        table.remove(log, i)
-      end
-      break
+  local function slPrune(L, log, cutoffMs, lazy)
+    local n = #log
+    local count = (n - 1) / 2
+    local lo, hi = 0, count
+    while lo < hi do
+      local mid = floor((lo + hi) / 2)
+      if log[2 + 2 * mid] + L.I <= cutoffMs then lo = mid + 1 else hi = mid end
     end
-    i = i - 2
+    if lo == 0 or (lazy and lo * 2 < count) then return end
+    local exitMs = log[2 + 2 * (lo - 1)] + L.I
+    if exitMs > log[1] then log[1] = exitMs end
+    local shift = 2 * lo
+    for j = 2, n - shift do log[j] = log[j + shift] end
+    for j = n, n - shift + 1, -1 do log[j] = nil end
   end
-  slPrune(L, log, now, false)
-  return log
-end
-local function slIdleAt(L, log, now)
-  local qe = slQueueEnd(log)
-  local n = #log
-  local lastExit = NO_HORIZON
-  if n > 1 then lastExit = log[n - 1] + L.I end
-  if qe <= now and (n == 1 or lastExit <= now) then return nil end
-  if lastExit > qe then return lastExit end
-  return qe
+  local function slEarliest(L, log, cost, now)
+    if cost > L.limit then return INF end
+    local fromMs = slQueueEnd(log)
+    if now > fromMs then fromMs = now end
+    local n = #log
+    local first = n + 1
+    local units = 0
+    local i = n - 1
+    while i >= 2 do
+      if log[i] + L.I <= fromMs then break end
+      units = units + log[i + 1]
+      first = i
+      i = i - 2
+    end
+    local excess = units + cost - L.limit
+    if excess <= 0 then return fromMs end
+    local freed = 0
+    i = first
+    while i < n do
+      freed = freed + log[i + 1]
+      if freed >= excess then return log[i] + L.I end
+      i = i + 2
+    end
+    return INF
+  end
+  local function slTake(L, log, cost, at)
+    local n = #log
+    if n == 1 then
+      log[2] = at
+      log[3] = cost
+      return log
+    end
+    local lastMs = log[n - 1]
+    slPrune(L, log, lastMs - L.I, true)
+    if at > lastMs then
+      local m = #log
+      log[m + 1] = at
+      log[m + 2] = cost
+      return log
+    end
+    local i = #log - 1
+    while i >= 2 and log[i] > at do i = i - 2 end
+    if i >= 2 and log[i] == at then
+      log[i + 1] = log[i + 1] + cost
+    else
+      table.insert(log, i + 2, at)
+      table.insert(log, i + 3, cost)
+    end
+    return log
+  end
+  local function slRefund(L, log, cost, at, now)
+    local i = #log - 1
+    while i >= 2 do
+      local timeMs = log[i]
+      if timeMs < at then break end
+      if timeMs == at then
+        local left = log[i + 1] - cost
+        if left > 0 then
+          log[i + 1] = left
+        else
+          table.remove(log, i)
+          table.remove(log, i)
+        end
+        break
+      end
+      i = i - 2
+    end
+    slPrune(L, log, now, false)
+    return log
+  end
+  local function slIdleAt(L, log, now)
+    local qe = slQueueEnd(log)
+    local n = #log
+    local lastExit = NO_HORIZON
+    if n > 1 then lastExit = log[n - 1] + L.I end
+    if qe <= now and (n == 1 or lastExit <= now) then return nil end
+    if lastExit > qe then return lastExit end
+    return qe
+  end
+
+
+  W = {
+    nextUp = nextUp,
+    windowStartMs = windowStartMs,
+    decode = decode,
+    encode = encode,
+    fwEarliest = fwEarliest,
+    fwTake = fwTake,
+    fwRefund = fwRefund,
+    fwIdleAt = fwIdleAt,
+    swEarliest = swEarliest,
+    swTake = swTake,
+    swRefund = swRefund,
+    swIdleAt = swIdleAt,
+    slEarliest = slEarliest,
+    slTake = slTake,
+    slRefund = slRefund,
+    slIdleAt = slIdleAt,
+  }
+  return W
 end
 
 ------------------------------------------------------------------------------------------------
@@ -368,7 +397,7 @@ local function load(L, now)
     if raw then return tonumber(raw) end
     return now
   end
-  if raw then return decode(raw) end
+  if raw then return windows().decode(raw) end
   if algo == 'fw' then return { floor(now / L.I), 0, 0 } end
   if algo == 'sw' then return { floor(now / L.I), 0, 0, 0 } end
   return { NO_HORIZON }
@@ -377,9 +406,9 @@ end
 local function earliest(L, s, cost, now)
   local algo = L.algo
   if algo == 'tb' or algo == 'lb' then return gcraEarliest(L, s, cost, now) end
-  if algo == 'fw' then return fwEarliest(L, s, cost, now) end
-  if algo == 'sw' then return swEarliest(L, s, cost, now) end
-  if algo == 'sl' then return slEarliest(L, s, cost, now) end
+  if algo == 'fw' then return windows().fwEarliest(L, s, cost, now) end
+  if algo == 'sw' then return windows().swEarliest(L, s, cost, now) end
+  if algo == 'sl' then return windows().slEarliest(L, s, cost, now) end
   -- concurrency: not timed
   if s + cost <= L.limit then return now end
   return INF
@@ -388,9 +417,9 @@ end
 local function take(L, s, cost, at)
   local algo = L.algo
   if algo == 'tb' or algo == 'lb' then return gcraTake(L, s, cost, at) end
-  if algo == 'fw' then return fwTake(L, s, cost, at) end
-  if algo == 'sw' then return swTake(L, s, cost, at) end
-  if algo == 'sl' then return slTake(L, s, cost, at) end
+  if algo == 'fw' then return windows().fwTake(L, s, cost, at) end
+  if algo == 'sw' then return windows().swTake(L, s, cost, at) end
+  if algo == 'sl' then return windows().slTake(L, s, cost, at) end
   return s + cost
 end
 
@@ -407,13 +436,13 @@ local function save(L, s, now)
     redis.call('DEL', L.key)
     return fmt(s)
   end
-  if algo == 'fw' then idleAt = fwIdleAt(L, s, now)
-  elseif algo == 'sw' then idleAt = swIdleAt(L, s, now)
-  else idleAt = slIdleAt(L, s, now) end
+  if algo == 'fw' then idleAt = windows().fwIdleAt(L, s, now)
+  elseif algo == 'sw' then idleAt = windows().swIdleAt(L, s, now)
+  else idleAt = windows().slIdleAt(L, s, now) end
   if idleAt == nil then
     redis.call('DEL', L.key)
   else
-    redis.call('SET', L.key, encode(s), 'PX', ttlUntil(idleAt, now))
+    redis.call('SET', L.key, windows().encode(s), 'PX', ttlUntil(idleAt, now))
   end
   return ''
 end
@@ -441,10 +470,10 @@ local function refund(L, cost, at, mark, id, now)
   end
   local raw = redis.call('GET', L.key)
   if not raw then return end
-  local s = decode(raw)
-  if algo == 'fw' then s = fwRefund(L, s, cost, at)
-  elseif algo == 'sw' then s = swRefund(L, s, cost, at)
-  else s = slRefund(L, s, cost, at, now) end
+  local s = windows().decode(raw)
+  if algo == 'fw' then s = windows().fwRefund(L, s, cost, at)
+  elseif algo == 'sw' then s = windows().swRefund(L, s, cost, at)
+  else s = windows().slRefund(L, s, cost, at, now) end
   save(L, s, now)
 end
 
@@ -473,9 +502,11 @@ end
 /**
  * Reserve one call on every level, all or nothing, at the earliest time all admit it.
  *
- * KEYS: level state keys (n), then the pause keys honoured (m), then the learned-spec hash.
- * ARGV: nowOverride ('' = TIME), maxWaitMs (-1 = none), n, m, reservation id, concurrency lease ms,
- *   minTtlMs, key tag, scope, learned unit costs ('unit cost unit cost ...'), then 5 values per level.
+ * KEYS: level state keys (n), then the meta hashes (m): the partition's ('-'), and the call's scope's
+ *   when it has one (its pause and learned limits are read from the last).
+ * ARGV: nowOverride ('' = TIME), maxWaitMs (-1 = none), n, m, reservation id (concurrency leases),
+ *   concurrency lease ms, minTtlMs, '', '', learned unit costs ('unit cost unit cost ...'), then 5
+ *   values per level.
  * Reply: {1, startAt, now, mark_1..mark_n, learnedCount, (id, cost, mark)...} or
  *   {0, waitMs (-1: unpredictable), reason, now}.
  */
@@ -487,14 +518,8 @@ local m = tonumber(ARGV[4])
 local id = ARGV[5]
 local leaseMs = tonumber(ARGV[6])
 MIN_TTL = tonumber(ARGV[7])
-local tag, scope = ARGV[8], ARGV[9]
-
--- Nothing starts before the latest pause that holds this call.
-local from = now
-for j = 1, m do
-  local until_ = tonumber(redis.call('GET', KEYS[n + j]) or '')
-  if until_ and until_ > from then from = until_ end
-end
+-- The key tag and scope id, from the scope's meta key '<tag>:m:<scope>' (learned limits' keys).
+local tag, scope = string.match(KEYS[n + m], '^(.*):m:([^:]*)$')
 
 local levels, states = {}, {}
 for i = 1, n do
@@ -502,15 +527,31 @@ for i = 1, n do
   levels[i] = level(ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
     tonumber(ARGV[a + 5]), KEYS[i])
 end
--- Learned limits shared through this partition join the call's levels.
+
+-- The scope's meta hash: its pause ('p') and the limits learned for it ('l:<id>'). Nothing starts
+-- before the latest pause that holds this call (the partition's, then the scope's).
+local from = now
 local learnedIds = {}
-local learned = redis.call('HGETALL', KEYS[n + m + 1])
-if #learned > 0 then
-  local units = {}
-  for u, c in string.gmatch(ARGV[10], '(%S+) (%S+)') do units[u] = tonumber(c) end
-  for j = 1, #learned, 2 do
-    levels[#levels + 1] = learnedLevel(tag, scope, learned[j], learned[j + 1], units)
-    learnedIds[#levels] = learned[j]
+if m == 2 then
+  local until_ = tonumber(redis.call('HGET', KEYS[n + 1], 'p') or '')
+  if until_ and until_ > from then from = until_ end
+end
+local meta = redis.call('HGETALL', KEYS[n + m])
+local units = nil
+for j = 1, #meta, 2 do
+  local field = meta[j]
+  if field == 'p' then
+    local until_ = tonumber(meta[j + 1])
+    if until_ > from then from = until_ end
+  else
+    -- Learned limits shared through this partition join the call's levels.
+    if units == nil then
+      units = {}
+      for u, c in string.gmatch(ARGV[10], '(%S+) (%S+)') do units[u] = tonumber(c) end
+    end
+    local lid = string.sub(field, 3)
+    levels[#levels + 1] = learnedLevel(tag, scope, lid, meta[j + 1], units)
+    learnedIds[#levels] = lid
   end
 end
 
@@ -562,10 +603,89 @@ return reply
 `;
 
 /**
+ * `RESERVE_LUA` for calls whose levels are all token or leaky buckets (the common case), without
+ * the other algorithms' code: same arguments, same replies, same arithmetic (core/gcra.ts). When
+ * the scope has learned limits it answers {2} and the caller runs `RESERVE_LUA` instead.
+ */
+export const RESERVE_BUCKETS_LUA = `
+local function fmt(x) return string.format('%.17g', x) end
+local now
+if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
+  local t = redis.call('TIME')
+  -- ms = s * 1000 + µs / 1000
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+local maxWait = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local m = tonumber(ARGV[4])
+local minTtl = tonumber(ARGV[7])
+
+local from = now
+if m == 2 then
+  local until_ = tonumber(redis.call('HGET', KEYS[n + 1], 'p') or '')
+  if until_ and until_ > from then from = until_ end
+end
+local meta = redis.call('HGETALL', KEYS[n + m])
+for j = 1, #meta, 2 do
+  if meta[j] ~= 'p' then return { 2 } end
+  local until_ = tonumber(meta[j + 1])
+  if until_ > from then from = until_ end
+end
+
+local startAt = from
+local T, tats, costs = {}, {}, {}
+for i = 1, n do
+  local a = 10 + (i - 1) * 5
+  local cost = tonumber(ARGV[a + 5])
+  costs[i] = cost
+  if cost ~= 0 then
+    local limit = tonumber(ARGV[a + 2])
+    -- T (ms/unit) = intervalMs / limit
+    local t = tonumber(ARGV[a + 3]) / limit
+    local cap, tol
+    if ARGV[a + 1] == 'tb' then
+      cap = tonumber(ARGV[a + 4])
+      tol = cap * t
+    else
+      cap = limit
+      tol = cost * t
+    end
+    if cost > cap then return { 0, '-1', 'capacity', fmt(now) } end
+    local tat = tonumber(redis.call('GET', KEYS[i]) or '') or now
+    T[i] = t
+    tats[i] = tat
+    local slackMs = tol - cost * t
+    local atMs = tat - slackMs
+    if atMs < from then atMs = from end
+    if atMs > startAt then startAt = atMs end
+  end
+end
+if maxWait >= 0 and startAt - now > maxWait then
+  return { 0, fmt(startAt - now), 'wait', fmt(now) }
+end
+local reply = { 1, fmt(startAt), fmt(now) }
+for i = 1, n do
+  local mark = ''
+  if costs[i] ~= 0 then
+    local tat = tats[i]
+    if startAt > tat then tat = startAt end
+    tat = tat + costs[i] * T[i]
+    mark = fmt(tat)
+    local ttl = math.ceil(tat - now) + 1
+    if ttl < minTtl then ttl = minTtl end
+    redis.call('SET', KEYS[i], mark, 'PX', ttl)
+  end
+  reply[i + 3] = mark
+end
+reply[n + 4] = 0
+return reply
+`;
+
+/**
  * Give back a reservation (or only its concurrency permits, when the call finished).
  *
- * KEYS: level state keys (n), then the learned-spec hash.
- * ARGV: nowOverride, n, reservation id, minTtlMs, key tag, scope, startAt, learnedCount,
+ * KEYS: level state keys (n), then the scope's meta hash (learned limits).
+ * ARGV: nowOverride, n, reservation id, minTtlMs, '', '', startAt, learnedCount,
  *   then 6 values per level (algo, limit, intervalMs, burst, cost, mark), then (id, cost, mark)
  *   per learned level.
  * Reply: now.
@@ -575,7 +695,7 @@ local now = serverNow(ARGV[1])
 local n = tonumber(ARGV[2])
 local id = ARGV[3]
 MIN_TTL = tonumber(ARGV[4])
-local tag, scope = ARGV[5], ARGV[6]
+local tag, scope = string.match(KEYS[n + 1], '^(.*):m:([^:]*)$')
 local at = tonumber(ARGV[7])
 local learnedCount = tonumber(ARGV[8])
 for i = 1, n do
@@ -590,7 +710,7 @@ local b = 8 + n * 6
 for j = 1, learnedCount do
   local lid, cost, mark = ARGV[b + 1], tonumber(ARGV[b + 2]), ARGV[b + 3]
   b = b + 3
-  local spec = redis.call('HGET', KEYS[n + 1], lid)
+  local spec = redis.call('HGET', KEYS[n + 1], 'l:' .. lid)
   if spec then
     local L = learnedLevel(tag, scope, lid, spec, {})
     L.cost = cost
@@ -605,7 +725,7 @@ return fmt(now)
  * now; a pause only ever extends. Publishes `key untilMs now` on the channel so every process
  * holding reservations in the partition re-plans them at once.
  *
- * KEYS: the pause key. ARGV: nowOverride, mode ('until' | 'for'), ms, channel.
+ * KEYS: the scope's meta hash (field 'p'). ARGV: nowOverride, mode ('until' | 'for'), ms, channel.
  * Reply: {untilMs (the pause in force), now}.
  */
 export const PAUSE_LUA = `
@@ -617,15 +737,19 @@ if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
 end
 local untilMs = tonumber(ARGV[3])
 if ARGV[2] == 'for' then untilMs = now + untilMs end
-local current = tonumber(redis.call('GET', KEYS[1]) or '')
+local current = tonumber(redis.call('HGET', KEYS[1], 'p') or '')
+if current and current <= now then current = nil end
 if current and current >= untilMs then return { fmt(current), fmt(now) } end
 if untilMs <= now then return { fmt(current or 0), fmt(now) } end
-redis.call('SET', KEYS[1], fmt(untilMs), 'PX', math.ceil(untilMs - now) + 1)
+redis.call('HSET', KEYS[1], 'p', fmt(untilMs))
+-- The hash also holds learned limits: its TTL only ever grows.
+local ttl = math.ceil(untilMs - now) + 1
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 redis.call('PUBLISH', ARGV[4], KEYS[1] .. ' ' .. fmt(untilMs) .. ' ' .. fmt(now))
 return { fmt(untilMs), fmt(now) }
 `;
 
-/** Read a pause. KEYS: the pause key. ARGV: nowOverride. Reply: {untilMs or 0, now}. */
+/** Read a pause. KEYS: the scope's meta hash. ARGV: nowOverride. Reply: {untilMs or 0, now}. */
 export const READ_PAUSE_LUA = `
 local function fmt(x) return string.format('%.17g', x) end
 local now
@@ -633,7 +757,7 @@ if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 end
-local current = tonumber(redis.call('GET', KEYS[1]) or '')
+local current = tonumber(redis.call('HGET', KEYS[1], 'p') or '')
 if current and current > now then return { fmt(current), fmt(now) } end
 return { '0', fmt(now) }
 `;
@@ -642,7 +766,7 @@ return { '0', fmt(now) }
  * Share a limit learned from a provider's headers: every later reservation in the partition (and
  * scope) checks it too. A new learned limit is seeded with the units the provider says are used.
  *
- * KEYS: the learned-spec hash, the learned level's state key.
+ * KEYS: the scope's meta hash (field 'l:<id>'), the learned level's state key.
  * ARGV: nowOverride, id, spec ('algo limit intervalMs burst unit'), ttlMs, seedUnits, minTtlMs.
  * Reply: {1 if new or changed else 0, now}.
  */
@@ -650,9 +774,10 @@ export const LEARN_LUA = `${LIMITS_LUA}
 local now = serverNow(ARGV[1])
 local id, spec, ttl, seed = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 MIN_TTL = tonumber(ARGV[6])
-local previous = redis.call('HGET', KEYS[1], id)
-redis.call('HSET', KEYS[1], id, spec)
-redis.call('PEXPIRE', KEYS[1], ttl)
+local previous = redis.call('HGET', KEYS[1], 'l:' .. id)
+redis.call('HSET', KEYS[1], 'l:' .. id, spec)
+-- The hash also holds the scope's pause: its TTL only ever grows.
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 if previous == spec then return { 0, fmt(now) } end
 if previous == false and seed > 0 then
   local algo, limit, I, burst = string.match(spec, '(%S+) (%S+) (%S+) (%S+)')

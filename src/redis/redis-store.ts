@@ -3,9 +3,17 @@ import type { LimitSpec } from '../core/limit.js';
 import { StoreUnavailableError } from '../errors.js';
 import { integer, invalid, nonEmptyString, plainObject } from '../validate.js';
 import { algorithmCodes, claimRefund, learnedId, learnedSpecText, levelName } from './memory-store.js';
-import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
+import { AGAIN, CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
 import { DigestCache, digest, partitionTag, pauseChannel, scopePart } from './redis-keys.js';
-import { LEARN_LUA, PAUSE_LUA, READ_PAUSE_LUA, REFUND_LUA, RESERVE_LUA, TIME_LUA } from './redis-scripts.js';
+import {
+  LEARN_LUA,
+  PAUSE_LUA,
+  READ_PAUSE_LUA,
+  REFUND_LUA,
+  RESERVE_BUCKETS_LUA,
+  RESERVE_LUA,
+  TIME_LUA,
+} from './redis-scripts.js';
 import type {
   LearnOptions,
   ReserveOptions,
@@ -53,6 +61,7 @@ export interface RedisStoreOptions {
 
 const scripts = {
   reserve: loadedScript('reserve', RESERVE_LUA),
+  reserveBuckets: loadedScript('reserve (buckets)', RESERVE_BUCKETS_LUA),
   refund: loadedScript('refund', REFUND_LUA),
   pause: loadedScript('pause', PAUSE_LUA),
   readPause: loadedScript('readPause', READ_PAUSE_LUA),
@@ -79,6 +88,17 @@ function infoOf(level: StoreLevel): LevelInfo {
   return info;
 }
 
+/** Script arguments of one kind of call, with blanks for the per-call values (starting at `at`). */
+interface CallShape {
+  readonly levels: readonly StoreLevel[];
+  readonly template: (string | number)[];
+  readonly at: number;
+  /** Only token/leaky buckets and no learned limits seen: the lean script serves it. */
+  buckets: boolean;
+  /** A concurrency level: the reservation id names its lease. */
+  readonly leased: boolean;
+}
+
 const num = (value: unknown): number => (value === '-1' ? Infinity : Number(value));
 
 let idCounter = 0;
@@ -101,6 +121,7 @@ export class RedisStore implements Store {
   private readonly minTtlMs: string;
   private readonly digests = new DigestCache();
   private readonly listeners = new Set<(event: StorePauseEvent) => void>();
+  private readonly shapes = new Map<string, CallShape>();
   private subscriber: RedisClient | undefined = undefined;
   private closed = false;
 
@@ -200,7 +221,7 @@ export class RedisStore implements Store {
   }
 
   pauseId(partition: string, scope = ''): string {
-    return `${this.tagOf(partition)}:p:${this.scopeOf(scope)}`;
+    return `${this.tagOf(partition)}:m:${this.scopeOf(scope)}`;
   }
 
   onPause(listener: (event: StorePauseEvent) => void): () => void {
@@ -261,6 +282,49 @@ export class RedisStore implements Store {
     return scopePart(scope === '' ? undefined : this.digests.get(scope));
   }
 
+  /** The cached script arguments of calls on `levels` in `partition` and `scope`. */
+  private shapeOf(partition: string, scope: string, levels: readonly StoreLevel[]): CallShape {
+    const name = `${partition}\u0000${scope}`;
+    const cached = this.shapes.get(name);
+    if (cached !== undefined && cached.levels === levels) return cached;
+    const tag = this.tagOf(partition);
+    const scopeId = this.scopeOf(scope);
+    const n = levels.length;
+    const buckets = levels.every(
+      (l) => l.spec.algorithm === 'token-bucket' || l.spec.algorithm === 'leaky-bucket',
+    );
+    const template: (string | number)[] = [buckets ? scripts.reserveBuckets.sha : scripts.reserve.sha, 0];
+    for (let i = 0; i < n; i++) template.push(`${tag}:s:${infoOf(levels[i]!).suffix}`);
+    if (scope !== '') template.push(`${tag}:m:-`);
+    template.push(`${tag}:m:${scopeId}`);
+    template[1] = template.length - 2;
+    const at = template.length;
+    // nowOverride, maxWaitMs, id and units are filled per call (see reserveWith).
+    // The scripts read the key tag and scope from the meta key (ARGV 8 and 9 stay empty).
+    template.push(
+      '',
+      '',
+      String(n),
+      scope === '' ? '1' : '2',
+      '',
+      this.concurrencyLeaseMs,
+      this.minTtlMs,
+      '',
+      '',
+      '',
+    );
+    for (let i = 0; i < n; i++) {
+      const args = infoOf(levels[i]!).args;
+      template.push(args[0]!, args[1]!, args[2]!, args[3]!, '');
+    }
+    const leased = levels.some((l) => l.spec.algorithm === 'concurrency');
+    const shape: CallShape = { levels, template, at, buckets, leased };
+    // Bounded: a burst of new keys clears it (rebuilding a shape costs a few digests).
+    if (this.shapes.size >= 10_000) this.shapes.clear();
+    this.shapes.set(name, shape);
+    return shape;
+  }
+
   private reserveWith(
     nowArg: string,
     partition: string,
@@ -271,40 +335,30 @@ export class RedisStore implements Store {
   ): Promise<StoreDecision> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
     const scope = options?.scope ?? '';
-    const tag = this.tagOf(partition);
-    const scopeId = this.scopeOf(scope);
-    const n = levels.length;
-    const keys: (string | number)[] = [];
-    for (let i = 0; i < n; i++) keys.push(`${tag}:s:${infoOf(levels[i]!).suffix}`);
-    keys.push(`${tag}:p:-`);
-    if (scope !== '') keys.push(`${tag}:p:${scopeId}`);
-    keys.push(`${tag}:l:${scopeId}`);
-    const numKeys = keys.length;
-    let units = '';
-    if (options?.units !== undefined) {
-      for (const unit of Object.keys(options.units))
-        units += `${encodeURIComponent(unit)} ${options.units[unit]} `;
-    }
+    const shape = this.shapeOf(partition, scope, levels);
+    const args = shape.template.slice();
+    const at = shape.at;
     const id = `${idPrefix}.${++idCounter}`;
-    keys.push(
-      nowArg,
-      // -1 means no bound; a deadline already past is a bound of 0.
-      Number.isFinite(maxWaitMs) ? String(Math.max(0, maxWaitMs)) : '-1',
-      String(n),
-      scope === '' ? '1' : '2',
-      id,
-      this.concurrencyLeaseMs,
-      this.minTtlMs,
-      tag,
-      scopeId,
-      units,
-    );
-    for (let i = 0; i < n; i++) {
-      const args = infoOf(levels[i]!).args;
-      keys.push(args[0]!, args[1]!, args[2]!, args[3]!, String(costs[i]));
+    args[at] = nowArg;
+    // -1 means no bound; a deadline already past is a bound of 0.
+    args[at + 1] = Number.isFinite(maxWaitMs) ? String(Math.max(0, maxWaitMs)) : '-1';
+    if (shape.leased) args[at + 4] = id;
+    const units = options?.units;
+    if (units !== undefined) {
+      let text = '';
+      for (const unit of Object.keys(units)) text += `${encodeURIComponent(unit)} ${units[unit]} `;
+      args[at + 9] = text;
     }
-    return this.runner.evalsha(scripts.reserve, numKeys, keys).then((value) => {
+    const n = levels.length;
+    for (let i = 0; i < n; i++) args[at + 14 + i * 5] = String(costs[i]);
+    const parse = (value: unknown): StoreDecision | typeof AGAIN => {
       const reply = value as (string | number)[];
+      if (reply[0] === 2) {
+        // The scope has learned limits: the general script serves this shape from now on.
+        shape.buckets = false;
+        shape.template[0] = scripts.reserve.sha;
+        return AGAIN;
+      }
       if (reply[0] !== 1) {
         return {
           ok: false,
@@ -331,7 +385,13 @@ export class RedisStore implements Store {
         marks,
         learned,
       };
-    });
+    };
+    return this.runner.evalshaArgs(
+      shape.buckets ? scripts.reserveBuckets : scripts.reserve,
+      args,
+      parse,
+      scripts.reserve,
+    );
   }
 
   private refundWith(nowArg: string, reservation: StoreReservation, which: 'all' | 'untimed'): Promise<void> {
@@ -344,15 +404,15 @@ export class RedisStore implements Store {
     const n = levels.length;
     const keys: (string | number)[] = [];
     for (let i = 0; i < n; i++) keys.push(`${tag}:s:${infoOf(levels[i]!).suffix}`);
-    keys.push(`${tag}:l:${scopeId}`);
+    keys.push(`${tag}:m:${scopeId}`);
     const learned = part === 'untimed' ? [] : reservation.learned;
     keys.push(
       nowArg,
       String(n),
       reservation.id,
       this.minTtlMs,
-      tag,
-      scopeId,
+      '',
+      '',
       String(reservation.startAt),
       String(learned.length),
     );
@@ -401,7 +461,7 @@ export class RedisStore implements Store {
     const scopeId = this.scopeOf(options?.scope ?? '');
     const id = digest(learnedId(core.spec));
     const reply = (await this.runner.evalsha(scripts.learn, 2, [
-      `${tag}:l:${scopeId}`,
+      `${tag}:m:${scopeId}`,
       `${tag}:L:${scopeId}:${id}`,
       nowArg,
       id,

@@ -1,0 +1,314 @@
+// Redis decisions from one process: tollgate's Redis store vs rate-limiter-flexible's RateLimiterRedis
+// and Bottleneck's Redis clustering, in one run against the server at REDIS_URL (default local).
+// Run alone: `node --import tsx bench/redis.ts`; bench/run.ts calls `redisBench()`.
+import { createRequire } from 'node:module';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import Bottleneck from 'bottleneck';
+import { Redis } from 'ioredis';
+import { createLimit } from '../src/core/create-limit.js';
+import { RedisStore } from '../src/redis/redis-store.js';
+import { createSharedGate } from '../src/redis/shared-gate.js';
+import type { StoreLevel } from '../src/redis/store.js';
+import { fmt, percentile, table } from './stats.js';
+
+const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+const TARGET_PER_SEC = 20_000;
+const CLOSED_MS = 1_500;
+const OPEN_MS = 1_500;
+const CONCURRENCY = 64;
+
+interface Contender {
+  readonly name: string;
+  /** One decision: resolves when the limiter has decided (admitted). */
+  decide(): Promise<unknown>;
+  /** Commands sent to Redis so far by this contender's clients. */
+  commands(): number;
+  close(): Promise<void>;
+}
+
+/** Count every command a client sends (pipelined ones included: ioredis sends each through sendCommand). */
+function counted(client: Redis): { client: Redis; count: () => number } {
+  let n = 0;
+  const send = client.sendCommand.bind(client);
+  client.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => {
+    n++;
+    return send(...args);
+  }) as Redis['sendCommand'];
+  const duplicate = client.duplicate.bind(client);
+  const extra: (() => number)[] = [];
+  client.duplicate = ((...args: Parameters<Redis['duplicate']>) => {
+    const copy = counted(duplicate(...args));
+    extra.push(copy.count);
+    return copy.client;
+  }) as Redis['duplicate'];
+  return { client, count: () => n + extra.reduce((sum, c) => sum + c(), 0) };
+}
+
+async function client(autoPipelining: boolean): Promise<{ client: Redis; count: () => number }> {
+  const c = counted(new Redis(REDIS_URL, { enableAutoPipelining: autoPipelining }));
+  await c.client.ping();
+  return c;
+}
+
+const never = { algorithm: 'token-bucket', limit: 1e9, intervalMs: 1000 } as const;
+
+async function tollgateStore(name: string, autoPipelining: boolean): Promise<Contender> {
+  const c = await client(autoPipelining);
+  const store = new RedisStore({ redis: c.client, keyPrefix: `bench-${process.pid}` });
+  await store.preload();
+  const levels: StoreLevel[] = [{ id: 'g0', spec: createLimit(never).spec }];
+  const base = c.count();
+  return {
+    name,
+    decide: () => store.reserve('api-key', levels, [1], 0),
+    commands: () => c.count() - base,
+    close: async () => {
+      await store.close();
+      c.client.disconnect();
+    },
+  };
+}
+
+async function tollgateGate(): Promise<Contender> {
+  const c = await client(true);
+  const gate = createSharedGate({ redis: c.client, keyPrefix: `bench-gate-${process.pid}`, limits: [never] });
+  await (gate.store as RedisStore).preload();
+  const noop = () => {};
+  const base = c.count();
+  return {
+    name: 'tollgate shared gate, schedule(noop)',
+    decide: () => gate.schedule(noop),
+    commands: () => c.count() - base,
+    close: async () => {
+      await gate.close();
+      c.client.disconnect();
+    },
+  };
+}
+
+async function rateLimiterFlexible(name: string, autoPipelining: boolean): Promise<Contender | string> {
+  let RateLimiterRedis: new (options: Record<string, unknown>) => { consume(key: string): Promise<unknown> };
+  try {
+    ({ RateLimiterRedis } = createRequire(import.meta.url)('rate-limiter-flexible'));
+  } catch {
+    return 'rate-limiter-flexible is not installed (npm i -D rate-limiter-flexible)';
+  }
+  const c = await client(autoPipelining);
+  const limiter = new RateLimiterRedis({
+    storeClient: c.client,
+    keyPrefix: `bench-rlf-${process.pid}`,
+    points: 1e9,
+    duration: 1,
+  });
+  await limiter.consume('warmup');
+  const base = c.count();
+  return {
+    name,
+    decide: () => limiter.consume('api-key'),
+    commands: () => c.count() - base,
+    close: async () => c.client.disconnect(),
+  };
+}
+
+async function bottleneck(): Promise<Contender> {
+  const c = await client(false);
+  const connection = new Bottleneck.IORedisConnection({ client: c.client });
+  const limiter = new Bottleneck({ id: `bench-bottleneck-${process.pid}`, datastore: 'ioredis', connection });
+  await limiter.ready();
+  const noop = async () => {};
+  await limiter.schedule(noop);
+  const base = c.count();
+  return {
+    name: 'Bottleneck, Redis clustering (ioredis)',
+    decide: () => limiter.schedule(noop),
+    commands: () => c.count() - base,
+    close: async () => {
+      await limiter.disconnect(false);
+      c.client.disconnect();
+    },
+  };
+}
+
+interface Result {
+  readonly ratePerSec: number;
+  readonly p50Ms: number;
+  readonly p99Ms: number;
+  readonly commandsPerDecision: number;
+  /** Event-loop delay p99 during the run: the floor any latency measured in this process sits on. */
+  readonly loopDelayP99Ms?: number;
+}
+
+/** Closed loop: `concurrency` decisions in flight for `durationMs`; each completion issues the next. */
+async function closedLoop(c: Contender, concurrency: number, durationMs: number): Promise<Result> {
+  const latencies: number[] = [];
+  const commands0 = c.commands();
+  const t0 = performance.now();
+  const end = t0 + durationMs;
+  const worker = async () => {
+    while (performance.now() < end) {
+      const start = performance.now();
+      await c.decide();
+      latencies.push(performance.now() - start);
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  const elapsed = performance.now() - t0;
+  return {
+    ratePerSec: (latencies.length / elapsed) * 1000,
+    p50Ms: percentile(latencies, 50),
+    p99Ms: percentile(latencies, 99),
+    commandsPerDecision: (c.commands() - commands0) / latencies.length,
+  };
+}
+
+/**
+ * Open loop: decisions issued at `ratePerSec` for `durationMs` whatever the replies do (as callers
+ * arrive in a service), latency from issue to decision. A contender that falls behind is cut off
+ * at 5,000 outstanding decisions: its achieved rate shows it.
+ */
+async function openLoop(c: Contender, ratePerSec: number, durationMs: number): Promise<Result> {
+  // Preallocated: the harness itself should allocate (and collect) as little as possible.
+  const latencies = new Float64Array(Math.ceil((ratePerSec * durationMs) / 1000) + 1);
+  let answered = 0;
+  let outstanding = 0;
+  let issued = 0;
+  let drained: (() => void) | undefined;
+  const commands0 = c.commands();
+  const delay = monitorEventLoopDelay({ resolution: 1 });
+  delay.enable();
+  const t0 = performance.now();
+  for (;;) {
+    const elapsed = performance.now() - t0;
+    if (elapsed >= durationMs) break;
+    // Due so far: rate (per s) × elapsed (ms) / 1000.
+    const due = Math.floor((elapsed * ratePerSec) / 1000) - issued;
+    for (let i = 0; i < due; i++) {
+      issued++;
+      if (outstanding >= 5_000) continue;
+      const start = performance.now();
+      outstanding++;
+      c.decide().then(() => {
+        latencies[answered++] = performance.now() - start;
+        if (--outstanding === 0) drained?.();
+      });
+    }
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  if (outstanding > 0) await new Promise<void>((resolve) => (drained = resolve));
+  delay.disable();
+  const elapsed = performance.now() - t0;
+  const measured = Array.from(latencies.subarray(0, answered));
+  return {
+    ratePerSec: (answered / elapsed) * 1000,
+    p50Ms: percentile(measured, 50),
+    p99Ms: percentile(measured, 99),
+    commandsPerDecision: (c.commands() - commands0) / answered,
+    // ns -> ms
+    loopDelayP99Ms: delay.percentile(99) / 1e6,
+  };
+}
+
+async function answers(): Promise<boolean> {
+  const probe = new Redis(REDIS_URL, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
+  probe.on('error', () => {});
+  try {
+    await probe.connect();
+    await probe.ping();
+    return true;
+  } catch {
+    return false;
+  } finally {
+    probe.disconnect();
+  }
+}
+
+/** decisions/s, p50/p99 decision latency and commands per decision for each contender. */
+export async function redisBench(): Promise<{ markdown: string }> {
+  if (!(await answers())) return { markdown: `_Skipped: no Redis server answers at ${REDIS_URL}._` };
+  const rows: (string | number)[][] = [];
+  const notes: string[] = [];
+  const row = (name: string, mode: string, r: Result) =>
+    rows.push([
+      name,
+      mode,
+      fmt(r.ratePerSec),
+      fmt(r.p50Ms, 3),
+      fmt(r.p99Ms, 3),
+      r.loopDelayP99Ms === undefined ? '' : fmt(r.loopDelayP99Ms, 2),
+      fmt(r.commandsPerDecision, 2),
+    ]);
+
+  const contenders: { make: () => Promise<Contender | string>; sequential: boolean; open: boolean }[] = [
+    {
+      make: () => tollgateStore('tollgate RedisStore, auto-pipelining', true),
+      sequential: false,
+      open: true,
+    },
+    {
+      make: () => tollgateStore('tollgate RedisStore, no auto-pipelining', false),
+      sequential: true,
+      open: true,
+    },
+    { make: () => tollgateGate(), sequential: false, open: true },
+    {
+      make: () => rateLimiterFlexible('rate-limiter-flexible RateLimiterRedis, auto-pipelining', true),
+      sequential: false,
+      open: true,
+    },
+    {
+      make: () => rateLimiterFlexible('rate-limiter-flexible RateLimiterRedis, no auto-pipelining', false),
+      sequential: true,
+      open: true,
+    },
+    { make: () => bottleneck(), sequential: true, open: true },
+  ];
+  for (const spec of contenders) {
+    const contender = await spec.make();
+    if (typeof contender === 'string') {
+      notes.push(contender);
+      continue;
+    }
+    // Warm-up: scripts loaded, JIT settled.
+    await closedLoop(contender, CONCURRENCY, 300);
+    if (spec.sequential) row(contender.name, 'one at a time', await closedLoop(contender, 1, CLOSED_MS));
+    row(contender.name, `${CONCURRENCY} in flight`, await closedLoop(contender, CONCURRENCY, CLOSED_MS));
+    if (spec.open)
+      row(
+        contender.name,
+        `offered ${fmt(TARGET_PER_SEC)}/s`,
+        await openLoop(contender, TARGET_PER_SEC, OPEN_MS),
+      );
+    await contender.close();
+  }
+  const markdown = [
+    table(
+      [
+        'contender',
+        'load',
+        'decisions/s',
+        'p50 ms',
+        'p99 ms',
+        'event-loop delay p99 ms',
+        'Redis commands per decision',
+      ],
+      rows,
+    ),
+    '',
+    `Every limit is set so it never binds (each decision admits). "${CONCURRENCY} in flight": a closed loop, each answer issues the next; ` +
+      `"offered ${fmt(TARGET_PER_SEC)}/s": decisions issued at that rate regardless of answers, latency from issue to decision. ` +
+      'Commands are counted at the client (every command ioredis sends, pipelined or not); a command is one request and one reply. ' +
+      "The event-loop delay column is the bench process's own scheduling noise during the open-loop run (a floor under its p99).",
+    ...notes.map((n) => `Not measured: ${n}.`),
+  ].join('\n');
+  return { markdown };
+}
+
+// Run directly: print the table.
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const { markdown } = await redisBench();
+  console.log(markdown);
+}
