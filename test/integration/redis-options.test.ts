@@ -1,0 +1,150 @@
+/**
+ * Garbage in: every option of the Redis mode is checked at construction with one message shape
+ * (``Expected `localShare` to be a number in (0, 1], got `0` (number)``), and a call's options at
+ * schedule time with a typed rejection. No Redis server is needed (clients connect lazily).
+ */
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { InvalidCostError, InvalidOptionError } from '../../src/errors.js';
+import { AsyncBudgetGuard } from '../../src/redis/async-budget-guard.js';
+import { MemoryStore } from '../../src/redis/memory-store.js';
+import { RedisLedger } from '../../src/redis/redis-ledger.js';
+import { RedisStore } from '../../src/redis/redis-store.js';
+import { createSharedGate } from '../../src/redis/shared-gate.js';
+
+const lazy = new Redis({ lazyConnect: true });
+afterAll(() => lazy.disconnect());
+
+function rejectsOption(make: () => unknown, option: string, message?: RegExp): void {
+  let error: unknown;
+  try {
+    make();
+  } catch (e) {
+    error = e;
+  }
+  expect(error).toBeInstanceOf(InvalidOptionError);
+  expect((error as InvalidOptionError).option).toBe(option);
+  expect((error as Error).message).toMatch(
+    message ?? new RegExp(`^Expected \`${option.replace(/[.[\]]/g, '\\$&')}\` to be `),
+  );
+}
+
+describe('createSharedGate options', () => {
+  const store = new MemoryStore();
+  it.each([
+    ['no store at all', {}, 'redis'],
+    ['both redis and store', { redis: lazy, store }, 'store'],
+    ['an unknown option', { store, maxWait: 5 }, 'options.maxWait'],
+    ['an unknown failure policy', { store, failure: 'retry' }, 'failure'],
+    ['a zero local share', { store, localShare: 0 }, 'localShare'],
+    ['a local share above 1', { store, localShare: 1.5 }, 'localShare'],
+    ['a NaN local share', { store, localShare: Number.NaN }, 'localShare'],
+    ['a zero probe interval', { store, recoveryProbeMs: 0 }, 'recoveryProbeMs'],
+    ['a fractional concurrency retry', { store, concurrencyRetryMs: 2.5 }, 'concurrencyRetryMs'],
+    ['keyPrefix with a store', { store, keyPrefix: 'x' }, 'keyPrefix'],
+    ['commandTimeoutMs with a store', { store, commandTimeoutMs: 10 }, 'commandTimeoutMs'],
+    ['a store that is not one', { store: { reserve: 1 } }, 'store'],
+    [
+      'a bad limit',
+      { store, limits: [{ algorithm: 'token-bucket', limit: 0, intervalMs: 1000 }] },
+      'limits[0].limit',
+    ],
+    ['a bad per-key limit', { store, perKey: [{ algorithm: 'nope', limit: 1 }] }, 'perKey[0].algorithm'],
+    ['a negative deadline', { store, maxQueueTimeMs: -1 }, 'maxQueueTimeMs'],
+    ['a budget without methods', { store, budget: { tryReserve: () => 0 } }, 'budget.settle'],
+    ['a redis that is a number', { redis: 42 }, 'redis'],
+    ['a key prefix with braces', { redis: lazy, keyPrefix: 'a{b}' }, 'redis.keyPrefix'],
+    ['a zero command timeout', { redis: lazy, commandTimeoutMs: 0 }, 'redis.commandTimeoutMs'],
+  ])('refuses %s', (_name, options, option) => {
+    rejectsOption(() => createSharedGate(options as never), option);
+  });
+
+  it('rejects garbage call options with typed errors, without calling fn', async () => {
+    const gate = createSharedGate({
+      store,
+      limits: [{ algorithm: 'token-bucket', limit: 5, intervalMs: 1000, burst: 2 }],
+    });
+    let called = 0;
+    const fn = () => called++;
+    await expect(gate.schedule(fn, { cost: -1 })).rejects.toBeInstanceOf(InvalidCostError);
+    await expect(gate.schedule(fn, { cost: Number.NaN })).rejects.toBeInstanceOf(InvalidCostError);
+    await expect(gate.schedule(fn, { cost: { tokens: -5 } })).rejects.toBeInstanceOf(InvalidCostError);
+    await expect(gate.schedule(fn, { cost: 'two' as never })).rejects.toBeInstanceOf(InvalidCostError);
+    // More than the burst can ever admit is misuse, not a wait.
+    await expect(gate.schedule(fn, { cost: 3 })).rejects.toBeInstanceOf(InvalidCostError);
+    await expect(gate.schedule(fn, { key: 7 as never })).rejects.toMatchObject({ option: 'key' });
+    await expect(gate.schedule(fn, { priority: 1.5 })).rejects.toMatchObject({ option: 'priority' });
+    await expect(gate.schedule(fn, { maxQueueTimeMs: -2 })).rejects.toMatchObject({
+      option: 'maxQueueTimeMs',
+    });
+    await expect(gate.schedule(fn, { signal: {} as never })).rejects.toMatchObject({ option: 'signal' });
+    await expect(gate.schedule(fn, { inspect: 'yes' as never })).rejects.toMatchObject({ option: 'inspect' });
+    await expect(gate.schedule(fn, { priceMicros: 0.5 })).rejects.toBeInstanceOf(InvalidCostError);
+    await expect(gate.schedule('fn' as never)).rejects.toMatchObject({ option: 'fn' });
+    expect(() => gate.pause(Number.NaN)).toThrow(InvalidOptionError);
+    expect(() => gate.pauseFor(-1)).toThrow(InvalidOptionError);
+    await expect(gate.close({ queued: 'later' as never })).rejects.toMatchObject({ option: 'queued' });
+    expect(called).toBe(0);
+    await gate.close();
+  });
+});
+
+describe('store, ledger and budget options', () => {
+  it.each([
+    ['an unknown option', { redis: lazy, prefix: 'x' }, 'redis.prefix'],
+    ['no client', { redis: undefined }, 'redis'],
+    ['a key prefix with a space', { redis: lazy, keyPrefix: 'a b' }, 'redis.keyPrefix'],
+    ['an empty key prefix', { redis: lazy, keyPrefix: '' }, 'redis.keyPrefix'],
+    ['a zero lease', { redis: lazy, concurrencyLeaseMs: 0 }, 'redis.concurrencyLeaseMs'],
+    ['a fractional learned TTL', { redis: lazy, learnedTtlMs: 1.5 }, 'redis.learnedTtlMs'],
+    ['a zero minimum TTL', { redis: lazy, minTtlMs: 0 }, 'redis.minTtlMs'],
+  ])('RedisStore refuses %s', (_name, options, option) => {
+    rejectsOption(() => new RedisStore(options as never), option);
+  });
+
+  it.each([
+    ['an unknown option', { redis: lazy, tag: 'x' }, 'ledger.tag'],
+    ['a client that is not one', { redis: {} }, 'ledger.redis'],
+    ['a key prefix with braces', { redis: lazy, keyPrefix: '{x}' }, 'ledger.keyPrefix'],
+    ['a zero command timeout', { redis: lazy, commandTimeoutMs: 0 }, 'ledger.commandTimeoutMs'],
+  ])('RedisLedger refuses %s', (_name, options, option) => {
+    rejectsOption(() => new RedisLedger(options as never), option);
+  });
+
+  it.each([
+    ['an unknown option', { clock: { now: () => 0 }, ttl: 1 }, 'options.ttl'],
+    ['a clock without now', { clock: {} }, 'clock'],
+    ['a zero learned TTL', { learnedTtlMs: 0 }, 'learnedTtlMs'],
+  ])('MemoryStore refuses %s', (_name, options, option) => {
+    rejectsOption(() => new MemoryStore(options as never), option);
+  });
+
+  it('AsyncBudgetGuard refuses missing budgets, a ledger that is not one, and bad amounts', async () => {
+    const ledger = new RedisLedger({ redis: lazy });
+    rejectsOption(() => new AsyncBudgetGuard({ ledger } as never), 'budgets');
+    rejectsOption(() => new AsyncBudgetGuard({ budgets: [], ledger } as never), 'budgets');
+    rejectsOption(
+      () => new AsyncBudgetGuard({ budgets: { limit: 1, period: 'day' }, ledger: {} as never }),
+      'ledger',
+    );
+    rejectsOption(
+      () => new AsyncBudgetGuard({ budgets: { limit: 1, period: 'fortnight' as never }, ledger }),
+      'budget.period',
+    );
+    rejectsOption(
+      () => new AsyncBudgetGuard({ budgets: { limit: 1, period: 'day' }, ledger, reservationTtlMs: 0 }),
+      'reservationTtlMs',
+    );
+    const guard = new AsyncBudgetGuard({ budgets: { limit: 1, period: 'day' }, ledger });
+    await expect(guard.tryReserve(-5)).rejects.toBeInstanceOf(InvalidCostError);
+    await expect(guard.tryReserve(1.5)).rejects.toBeInstanceOf(InvalidCostError);
+  });
+
+  it('learning a concurrency limit, or a malformed one, is refused', () => {
+    const store = new MemoryStore();
+    expect(() => store.learn('p', { algorithm: 'concurrency', limit: 2 })).toThrow(InvalidOptionError);
+    expect(() => store.learn('p', { algorithm: 'sliding-log', limit: -1, intervalMs: 10 })).toThrow(
+      InvalidOptionError,
+    );
+  });
+});
