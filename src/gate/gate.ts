@@ -196,6 +196,12 @@ class Partition {
   cum: Map<string, number> | undefined = undefined;
   firstStartAt = 0;
   aimd: AimdState | undefined = undefined;
+  /**
+   * Probe of a partition that knows nothing of its provider (no configured limit, nothing learned):
+   * 0 not yet, 1 the first inspected call is out (the others wait for its headers), 2 done.
+   */
+  probe: 0 | 1 | 2 = 0;
+  probeUntil = 0;
   /** Queued calls with a finite deadline, as a min-heap on `deadline` (removed entries skipped lazily). */
   deadlines: Call[] | undefined = undefined;
 
@@ -271,6 +277,8 @@ function aimdCore(ratePerSec: number): LimitCore {
 }
 
 const RECENT_STARTS = 32;
+// How long the calls of an unknown partition wait for the first response's headers at most.
+const PROBE_TIMEOUT_MS = 2_000;
 
 /** Header families whose reset is a full refill (a token bucket), not the end of a window. */
 const REFILL_SOURCES = new Set(['openai', 'anthropic']);
@@ -384,6 +392,7 @@ export class Gate {
   private readonly ownsBudget: boolean;
   private readonly defaultPriceMicros: number;
   private readonly random: () => number;
+  private readonly arrivalMarginMs: number;
   private readonly maxQueue: number;
   private readonly maxQueueTimeMs: number;
   private globalCores: readonly LimitCore[];
@@ -423,6 +432,7 @@ export class Gate {
     this.ownsBudget = o.ownsBudget;
     this.defaultPriceMicros = o.defaultPriceMicros;
     this.random = o.random;
+    this.arrivalMarginMs = o.arrivalMarginMs;
     this.maxQueue = o.maxQueue;
     this.maxQueueTimeMs = o.maxQueueTimeMs;
     this.globalCores = o.globalCores;
@@ -636,8 +646,9 @@ export class Gate {
    */
   setLimits(update: { limits?: readonly LimitSpec[]; perKey?: readonly LimitSpec[] }): void {
     if (typeof update !== 'object' || update === null) throw invalid('update', 'an object', update);
-    const globalCores = update.limits === undefined ? undefined : buildCores(update.limits, 'limits');
-    const keyCores = update.perKey === undefined ? undefined : buildCores(update.perKey, 'perKey');
+    const margin = this.arrivalMarginMs;
+    const globalCores = update.limits === undefined ? undefined : buildCores(update.limits, 'limits', margin);
+    const keyCores = update.perKey === undefined ? undefined : buildCores(update.perKey, 'perKey', margin);
     const now = this.clock.now();
     if (globalCores) {
       const match = matchPrevious(this.globalCores, globalCores);
@@ -962,7 +973,12 @@ export class Gate {
     (call as { inspect: ScheduleOptions['inspect'] }).inspect = o.inspect;
     (call as { priceMicros: number }).priceMicros = priceMicros;
     call.budget = reservation;
-    if (p.queue === undefined && !this.paused(p, now) && this.fitsAll(p, gcosts, kcosts, o.cost, now)) {
+    if (
+      p.queue === undefined &&
+      !this.paused(p, now) &&
+      !this.probing(p, call, now) &&
+      this.fitsAll(p, gcosts, kcosts, o.cost, now)
+    ) {
       this.commitAll(p, gcosts, kcosts, o.cost, now);
       this.startCall(call, now);
     } else {
@@ -1131,6 +1147,41 @@ export class Gate {
       for (const waiter of waiters) this.drain(waiter);
     }
     this.maybeSettleClose();
+  }
+
+  /**
+   * True while `call` must wait for the probe: its partition knows nothing of the provider (no
+   * configured limit, nothing learned from a response) and the first inspected call is out. A
+   * blind burst would draw one 429 per call beyond the provider's unknown limit.
+   */
+  private probing(p: Partition, call: Call, now: number): boolean {
+    if (p.probe !== 1 || call.inspect === undefined) return false;
+    if (now >= p.probeUntil) {
+      p.probe = 2;
+      return false;
+    }
+    return true;
+  }
+
+  /** The first inspected call of an unknown partition is its probe. */
+  private startProbe(p: Partition, now: number): void {
+    if (
+      p.probe === 0 &&
+      this.adapt !== false &&
+      p.extra === undefined &&
+      this.globalCores.length === 0 &&
+      this.keyCores.length === 0
+    ) {
+      p.probe = 1;
+      p.probeUntil = now + PROBE_TIMEOUT_MS;
+    }
+  }
+
+  /** The probe's answer (or failure) arrived: release the calls held behind it. */
+  private endProbe(p: Partition): void {
+    if (p.probe !== 1) return;
+    p.probe = 2;
+    if (p.queue !== undefined) this.drain(p);
   }
 
   /** Where `core`'s count lives now: its index in `cores`, following `setLimits` replacements. */
@@ -1421,6 +1472,11 @@ export class Gate {
         this.waitUntil(p, startAt, now);
         return;
       }
+      if (this.probing(p, call, now)) {
+        // The first response of this partition is on its way: learn its limits before sending more.
+        this.waitUntil(p, p.probeUntil, now);
+        return;
+      }
       if (blocked !== undefined) {
         if (call.deadline <= now) {
           this.refuse(call, this.deadlineError(call, now, false));
@@ -1510,6 +1566,7 @@ export class Gate {
     call.attempt++;
     call.gcores = this.globalCores;
     call.kcores = this.keyCores;
+    if (call.inspect !== undefined) this.startProbe(p, now);
     p.cum ??= new Map();
     this.countStart(p, call.cost, now);
     call.seq = p.seq;
@@ -1529,6 +1586,7 @@ export class Gate {
 
   private failed(call: Call, error: unknown): void {
     if (this.observe) this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts);
+    this.endProbe(call.partition);
     // The request may have reached the provider: charge the estimate (never under-count).
     this.settleBudget(call, call.priceMicros);
     call.reject(error);
@@ -1554,6 +1612,7 @@ export class Gate {
 
   private afterInspection(call: Call, value: unknown, inspection: Inspection | undefined): void {
     if (inspection === undefined || typeof inspection !== 'object' || typeof inspection.status !== 'number') {
+      this.endProbe(call.partition);
       this.finish(call, value, undefined);
       return;
     }
@@ -1570,12 +1629,14 @@ export class Gate {
       observation = parseRateLimitHeaders(inspection.status, inspection.headers, {
         now,
         body: inspection.body,
+        preferReceiveTime: true,
       });
     } catch {
       // Hostile input never breaks a call: an unreadable response says nothing.
       observation = { policies: [] };
     }
     this.learnFrom(p, call, observation, inspection.status, now, adapt);
+    this.endProbe(p);
     const verdict = verdictFor(
       {
         status: inspection.status,

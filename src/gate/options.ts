@@ -48,6 +48,14 @@ export interface GateOptions {
   budget?: BudgetGuard | (Omit<BudgetGuardOptions, 'clock'> & { defaultPriceMicros?: number });
   /** Randomness for backoff jitter, in [0, 1). Tests inject a fixed one. @default Math.random */
   random?: () => number;
+  /**
+   * Safety margin, in ms, between the client's clock and the provider's: providers count a
+   * request when it arrives, and the first one of a run can arrive tens of ms after it was sent.
+   * Token buckets leave `rate × margin` of their burst unused; fixed, sliding-log and sliding
+   * windows count over windows this much longer. 0 keeps the limits exact.
+   * @default 50 with the system clock; 0 with an injected clock (tests reason in exact times)
+   */
+  arrivalMarginMs?: number;
 }
 
 export interface AdaptOptionsInput extends Omit<AdaptOptions, 'aimd'> {
@@ -66,6 +74,7 @@ export interface NormalizedGateOptions {
   readonly ownsBudget: boolean;
   readonly defaultPriceMicros: number;
   readonly random: () => number;
+  readonly arrivalMarginMs: number;
 }
 
 const knownKeys = new Set([
@@ -77,6 +86,7 @@ const knownKeys = new Set([
   'adapt',
   'budget',
   'random',
+  'arrivalMarginMs',
 ]);
 const adaptKeys = new Set(Object.keys(defaultAdaptOptions));
 
@@ -142,10 +152,37 @@ function validateAdapt(value: unknown): AdaptOptions | false {
   });
 }
 
-export function buildCores(value: unknown, path: string): LimitCore[] {
+export function buildCores(value: unknown, path: string, arrivalMarginMs = 0): LimitCore[] {
   if (value === undefined) return [];
   if (!Array.isArray(value)) throw invalid(path, 'an array of limits', value);
-  return value.map((spec, i) => createLimit(spec, `${path}[${i}]`));
+  return value.map((spec, i) => {
+    const core = createLimit(spec, `${path}[${i}]`);
+    return arrivalMarginMs > 0 ? withArrivalMargin(core, arrivalMarginMs, `${path}[${i}]`) : core;
+  });
+}
+
+/**
+ * The same limit, kept `marginMs` on the safe side of the provider's clock. The provider counts a
+ * request when it arrives, the client when it sends; the first request of a run can take tens of
+ * ms longer to arrive (a new connection), which shifts the provider's bucket or window later than
+ * the client's. A token bucket leaves `rate · margin` units of its burst unused; window limits
+ * count over windows `margin` longer. Leaky buckets and concurrency are unchanged.
+ */
+function withArrivalMargin(core: LimitCore, marginMs: number, path: string): LimitCore {
+  const spec = core.spec;
+  switch (spec.algorithm) {
+    case 'token-bucket': {
+      // units = units/ms * ms; keep at least one unit of burst.
+      const burst = Math.max(1, Math.floor(spec.burst - (spec.limit / spec.intervalMs) * marginMs));
+      return burst === spec.burst ? core : createLimit({ ...spec, burst }, path);
+    }
+    case 'fixed-window':
+    case 'sliding-log':
+    case 'sliding-window':
+      return createLimit({ ...spec, intervalMs: spec.intervalMs + marginMs }, path);
+    default:
+      return core;
+  }
 }
 
 /** Validate once, at construction, and freeze a normalized copy. Nothing is re-checked per call. */
@@ -169,6 +206,13 @@ export function validateGateOptions(options: unknown): NormalizedGateOptions {
   if (typeof maxQueueTimeMs !== 'number' || Number.isNaN(maxQueueTimeMs) || maxQueueTimeMs < 0) {
     throw invalid('maxQueueTimeMs', 'a number >= 0 (Infinity for no deadline)', maxQueueTimeMs);
   }
+  const arrivalMarginMs = finiteNumber(
+    'arrivalMarginMs',
+    o['arrivalMarginMs'] ?? (o['clock'] === undefined ? 50 : 0),
+    {
+      min: 0,
+    },
+  );
   const random = o['random'] ?? Math.random;
   if (typeof random !== 'function') throw invalid('random', 'a function returning [0, 1)', random);
   let budget: BudgetGuard | undefined;
@@ -187,8 +231,9 @@ export function validateGateOptions(options: unknown): NormalizedGateOptions {
     ownsBudget,
     defaultPriceMicros,
     random: random as () => number,
-    globalCores: Object.freeze(buildCores(o['limits'], 'limits')),
-    keyCores: Object.freeze(buildCores(o['perKey'], 'perKey')),
+    arrivalMarginMs,
+    globalCores: Object.freeze(buildCores(o['limits'], 'limits', arrivalMarginMs)),
+    keyCores: Object.freeze(buildCores(o['perKey'], 'perKey', arrivalMarginMs)),
     maxQueue: integerOrInfinity('maxQueue', o['maxQueue'] ?? 10_000, 1),
     maxQueueTimeMs,
     clock: clock as Clock,

@@ -37,6 +37,13 @@ export interface ParseRateLimitOptions {
    * lower-case header name. Example (Prisjakt sends delta ms): `{ 'x-rate-limit-reset': 'delta-ms' }`.
    */
   readonly resetFormats?: Readonly<Record<string, ResetFormat>>;
+  /**
+   * Measure absolute times from `now` rather than the `Date` header when `now` falls within the
+   * Date's own second (the two clocks agree to the Date's 1 s resolution, and `now` is finer).
+   * The rule P2 (Date first) is for clocks that may disagree; a client whose clock agrees gains up
+   * to a second per reset. @default false
+   */
+  readonly preferReceiveTime?: boolean;
 }
 
 /**
@@ -60,7 +67,11 @@ export function parseRateLimitHeaders(
   const fields = normalizeHeaders(headers);
   // P2: absolute times are measured against the server's clock when it sent a valid `Date`.
   const dateText = fields.get('date');
-  const referenceMs = (dateText === undefined ? undefined : parseHttpDate(dateText, now)) ?? now;
+  const dateMs = dateText === undefined ? undefined : parseHttpDate(dateText, now);
+  // Date has whole-second resolution: a clock inside that second agrees with it and is finer.
+  const agrees =
+    options.preferReceiveTime === true && dateMs !== undefined && now >= dateMs && now < dateMs + 1000;
+  const referenceMs = agrees ? now : (dateMs ?? now);
   const time: TimeReference = { now, referenceMs };
 
   // Explicit directives: every one is read and the maximum wins (P5), never retry before any of them.

@@ -361,3 +361,92 @@ describe('gate adaptation: throttling markers', () => {
     expect(api.sent.length).toBe(2);
   });
 });
+
+describe('gate adaptation: probing an unknown provider', () => {
+  it('holds the calls of a partition that knows nothing until the first response has told its limits', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    let release!: () => void;
+    const sent: number[] = [];
+    const fn = (i: number) => async () => {
+      sent.push(i);
+      if (i === 0) await new Promise<void>((resolve) => (release = resolve));
+      return {
+        status: 200,
+        headers: {
+          'x-ratelimit-limit': '3',
+          'x-ratelimit-remaining': String(Math.max(0, 2 - i)),
+          'x-ratelimit-reset': String(T0 / 1000 + 1),
+        },
+      };
+    };
+    const inspect = (r: FakeResponse): Inspection => ({ status: r.status, headers: r.headers });
+    const calls = [0, 1, 2, 3, 4].map((i) => gate.schedule(fn(i), { key: 'api', inspect }));
+    await flush();
+    // Only the probe is out.
+    expect(sent).toEqual([0]);
+    release();
+    await flush();
+    // Its headers said 2 remaining until the reset: two more go, the rest wait for the reset.
+    expect(sent).toEqual([0, 1, 2]);
+    clock.advanceTo(T0 + 1000);
+    await flush();
+    await Promise.all(calls);
+    expect(sent).toEqual([0, 1, 2, 3, 4]);
+  });
+
+  it('does not probe when limits are configured, and gives up holding after the probe timeout', async () => {
+    const clock = new ManualClock(T0);
+    const configured = createGate({
+      clock,
+      limits: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 1000 }],
+    });
+    let started = 0;
+    const slow = async () => {
+      started++;
+      await new Promise(() => {});
+    };
+    const inspect = (): Inspection => ({ status: 200, headers: {} });
+    configured.schedule(slow, { key: 'a', inspect }).catch(() => {});
+    configured.schedule(slow, { key: 'a', inspect }).catch(() => {});
+    await flush();
+    expect(started).toBe(2);
+    const unknown = createGate({ clock });
+    unknown.schedule(slow, { key: 'b', inspect }).catch(() => {});
+    unknown.schedule(slow, { key: 'b', inspect }).catch(() => {});
+    await flush();
+    expect(started).toBe(3);
+    clock.advance(2000);
+    await flush();
+    expect(started).toBe(4);
+  });
+});
+
+describe('gate: arrival margin', () => {
+  it('keeps token buckets and windows on the safe side of the provider by arrivalMarginMs', () => {
+    const gate = createGate({
+      arrivalMarginMs: 50,
+      limits: [
+        { algorithm: 'token-bucket', limit: 50, intervalMs: 1000, burst: 10 },
+        { algorithm: 'sliding-log', limit: 100, intervalMs: 2000 },
+        { algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 },
+      ],
+    });
+    expect(gate.stats().limits.map((l) => [l.algorithm, l.limit, l.intervalMs, l.available])).toEqual([
+      // 50/s × 50 ms = 2.5 units of burst kept unused: burst 10 → 7.
+      ['token-bucket', 50, 1000, 7],
+      ['sliding-log', 100, 2050, 100],
+      ['leaky-bucket', 10, 1000, 10],
+    ]);
+  });
+
+  it('is 0 by default with an injected clock and rejects garbage', () => {
+    const gate = createGate({
+      clock: new ManualClock(0),
+      limits: [{ algorithm: 'sliding-log', limit: 5, intervalMs: 1000 }],
+    });
+    expect(gate.stats().limits[0]!.intervalMs).toBe(1000);
+    expect(() => createGate({ arrivalMarginMs: -1 })).toThrow(/`arrivalMarginMs`/);
+    expect(() => createGate({ arrivalMarginMs: Number.NaN })).toThrow(/`arrivalMarginMs`/);
+  });
+});

@@ -177,3 +177,23 @@ describe('explicit retry directives in a response', () => {
     expect(wait({ 'retry-after': '31536000' })).toBe(31_536_000_000);
   });
 });
+
+describe("preferReceiveTime: a clock inside the Date header's second is the finer reference", () => {
+  it('measures an epoch reset from now when now falls within the Date second, else from Date', async () => {
+    const { parseRateLimitHeaders } = await import('../../../src/headers/parse-ratelimit.js');
+    const headers = {
+      date: 'Mon, 30 Nov 2026 12:00:00 GMT',
+      'x-ratelimit-limit': '10',
+      'x-ratelimit-remaining': '0',
+      'x-ratelimit-reset': String(Date.parse('2026-11-30T12:00:01Z') / 1000),
+    };
+    const now = Date.parse('2026-11-30T12:00:00.600Z');
+    const byDate = parseRateLimitHeaders(200, headers, { now });
+    const byNow = parseRateLimitHeaders(200, headers, { now, preferReceiveTime: true });
+    expect(byDate.policies[0]!.resetMs).toBe(1000);
+    expect(byNow.policies[0]!.resetMs).toBe(400);
+    // A clock outside the Date's second disagrees with the server: Date wins (rule P2).
+    const skewed = parseRateLimitHeaders(200, headers, { now: now + 5000, preferReceiveTime: true });
+    expect(skewed.policies[0]!.resetMs).toBe(1000);
+  });
+});
