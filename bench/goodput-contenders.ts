@@ -8,7 +8,7 @@ import PQueue from 'p-queue';
 import pThrottle from 'p-throttle';
 import { createGate, type GateOptions } from '../src/index.js';
 import { simTokensHeader } from '../src/testing/index.js';
-import { type ContenderName, type KnownLimit, type Scenario, withMargin } from './goodput-scenarios.js';
+import { type ContenderName, type KnownLimit, type Scenario, withoutMargin } from './goodput-scenarios.js';
 
 /** What one contender did on the wire, on the child's monotonic clock (ms). */
 export interface WireLog {
@@ -383,8 +383,8 @@ export async function makeContender(
   switch (name) {
     case 'tollgate':
       return tollgate(url, scenario, log, scenario.gate);
-    case 'tollgate+margin':
-      return tollgate(url, scenario, log, withMargin(scenario.gate));
+    case 'tollgate (no margin)':
+      return tollgate(url, scenario, log, withoutMargin(scenario.gate));
     case 'bottleneck':
       return bottleneck(url, scenario, log);
     case 'p-queue':

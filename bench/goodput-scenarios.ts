@@ -1,7 +1,7 @@
 // The goodput scenarios: what the simulated API hides, what each contender is told, how big the batch
 // is. Plain data, shared by the parent (bench/goodput.ts, which runs the server) and the child
 // (bench/goodput-child.ts, which runs one contender against it in its own process).
-import type { GateOptions, LimitSpec } from '../src/index.js';
+import type { GateOptions } from '../src/index.js';
 import type { SimulatedApiOptions } from '../src/testing/index.js';
 
 /**
@@ -178,35 +178,16 @@ export const scenarios: readonly Scenario[] = [
 ];
 
 /**
- * The prototype of a client-side safety margin, as configuration: the server counts a request when it
- * arrives, the gate when it dispatches, and a burst's first request can arrive tens of ms after later
- * ones (a cold connection). Token buckets keep `marginMs` worth of tokens unused (burst minus
- * rate × margin); windows are `marginMs` longer. Not a gate feature: what the gate should do itself.
+ * The gate with its arrival margin turned off (`arrivalMarginMs: 0`): the provider's exact numbers,
+ * to show what the margin buys. The default gate keeps 50 ms (see GateOptions.arrivalMarginMs).
  */
-export const marginMs = Number(process.env['GOODPUT_MARGIN_MS'] ?? 50);
-
-export function withMargin(options: GateOptions): GateOptions {
-  const adjust = (spec: LimitSpec): LimitSpec => {
-    const intervalMs = spec.intervalMs ?? 0;
-    if (spec.algorithm === 'token-bucket') {
-      // Tokens refilled during the margin: limit / intervalMs per ms, times marginMs, rounded up.
-      const spare = Math.ceil((spec.limit / intervalMs) * marginMs);
-      return { ...spec, burst: Math.max(1, (spec.burst ?? spec.limit) - spare) };
-    }
-    if (spec.algorithm === 'sliding-log' || spec.algorithm === 'fixed-window')
-      return { ...spec, intervalMs: intervalMs + marginMs };
-    return spec;
-  };
-  return {
-    ...options,
-    ...(options.limits === undefined ? {} : { limits: options.limits.map(adjust) }),
-    ...(options.perKey === undefined ? {} : { perKey: options.perKey.map(adjust) }),
-  };
+export function withoutMargin(options: GateOptions): GateOptions {
+  return { ...options, arrivalMarginMs: 0 };
 }
 
 export const contenders = [
   'tollgate',
-  'tollgate+margin',
+  'tollgate (no margin)',
   'bottleneck',
   'p-queue',
   'p-throttle',
