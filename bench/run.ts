@@ -6,6 +6,7 @@ import { budget } from './budget.js';
 import { goodput } from './goodput.js';
 import { overhead } from './overhead.js';
 import { precision } from './precision.js';
+import { redisBench } from './redis.js';
 import { fmt, table } from './stats.js';
 
 function child(mode: string, contender: string): Record<string, number> {
@@ -124,6 +125,12 @@ if (!only || only === 'goodput') {
     '',
     ...Object.entries(g.mustShows).flatMap(([who, lines]) => [`${who}:`, '', ...lines, '']),
   );
+}
+
+if (!only || only === 'redis') {
+  console.log('redis...');
+  const r = await redisBench();
+  sections.push('## Redis: shared decisions from one process against local Redis', '', r.markdown);
 }
 
 const report = `${[...header, '', ...sections].join('\n')}\n`;
