@@ -62,6 +62,14 @@ export interface SharedGateOptions {
   recoveryProbeMs?: number;
   /** A call refused by a full concurrency limit (held by other processes) asks again after this many ms. Integer >= 1. @default 20 */
   concurrencyRetryMs?: number;
+  /**
+   * A call that reaches its reserved start later than this (ms; an answer or a timer delayed by a
+   * busy event loop) gives the slot back and reserves a new one, at most 3 times: late starts would
+   * bunch up behind the slots of other processes and reach the provider closer together than the
+   * limit. Keep it below the margin your limits leave under the provider's. Number >= 0.
+   * @default 10
+   */
+  lateToleranceMs?: number;
   /** As the in-memory gate's `adapt`; pauses and learned limits are written to the store for all processes. */
   adapt?: Partial<AdaptOptionsInput> | false;
   /** Money budgets, reserved before the limit reservation. */
@@ -83,6 +91,7 @@ export interface NormalizedSharedGateOptions {
   readonly localShare: number;
   readonly recoveryProbeMs: number;
   readonly concurrencyRetryMs: number;
+  readonly lateToleranceMs: number;
   readonly adapt: AdaptOptions | false;
   readonly adaptInput: Partial<AdaptOptionsInput> | false | undefined;
   readonly budget: SharedBudget | undefined;
@@ -103,6 +112,7 @@ const knownKeys = [
   'keyPrefix',
   'recoveryProbeMs',
   'concurrencyRetryMs',
+  'lateToleranceMs',
   'adapt',
   'budget',
   'clock',
@@ -132,6 +142,9 @@ export function validateSharedGateOptions(options: unknown): NormalizedSharedGat
     throw invalid('localShare', 'a number in (0, 1]', localShare);
   const recoveryProbeMs = integer('recoveryProbeMs', o['recoveryProbeMs'] ?? 500, 1);
   const concurrencyRetryMs = integer('concurrencyRetryMs', o['concurrencyRetryMs'] ?? 20, 1);
+  const lateToleranceMs = o['lateToleranceMs'] ?? 10;
+  if (typeof lateToleranceMs !== 'number' || !(lateToleranceMs >= 0))
+    throw invalid('lateToleranceMs', 'a number >= 0 (Infinity to never reserve again)', lateToleranceMs);
 
   let store: Store;
   let ownsStore: boolean;
@@ -177,6 +190,7 @@ export function validateSharedGateOptions(options: unknown): NormalizedSharedGat
     localShare,
     recoveryProbeMs,
     concurrencyRetryMs,
+    lateToleranceMs,
     adapt: base.adapt,
     adaptInput: o['adapt'] as Partial<AdaptOptionsInput> | false | undefined,
     budget,

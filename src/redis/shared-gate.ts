@@ -83,6 +83,8 @@ export interface SharedGateStats {
   readonly failure: FailurePolicy;
   /** Calls that went through the local fallback gate so far. */
   readonly fallbackCalls: number;
+  /** Slots given back because the call reached them later than `lateToleranceMs`. */
+  readonly lateReserves: number;
   /** The local fallback gate's own stats (`local` policy only). */
   readonly fallback: GateStats | undefined;
   readonly closed: boolean;
@@ -90,6 +92,11 @@ export interface SharedGateStats {
 
 // A local start this close to a pause's end is left alone: store and local clocks round differently.
 const PAUSE_SLACK_MS = 5;
+// A call found late past lateToleranceMs reserves again at most this often, then starts anyway (a
+// process late on every timer must still make progress; its deadline bounds the wait).
+const MAX_LATE_RESERVES = 3;
+// The clock offset is re-estimated from a fresh sample when the best one is older than this (ms).
+const OFFSET_SAMPLE_MS = 5_000;
 // Learned limits are written again at most this often per key and window (the store keeps them alive).
 const LEARN_REFRESH_MS = 60_000;
 // Partitions of a gate with gate-wide limits all live under this store partition (one hash slot).
@@ -133,6 +140,10 @@ interface SharedCall extends HeapEntry {
   attempt: number;
   /** The reservation's start on the store's clock (replanning order). */
   storeStartAt: number;
+  /** Gate clock when the reservation was sent (for the clock offset). */
+  sentAt: number;
+  /** Times this call gave back a slot it reached too late. */
+  lateReserves: number;
 }
 
 let seq = 0;
@@ -189,9 +200,14 @@ export class SharedGate {
     this.fire();
   };
   private readonly localPauses = new Map<string, number>();
+  /** Store clock minus gate clock (ms), from the answer with the shortest round trip lately. */
+  private offsetMs = Number.NaN;
+  private offsetRttMs = Infinity;
+  private offsetAt = 0;
   private readonly disposePauses: () => void;
   private fallback: Gate | undefined = undefined;
   private fallbackCalls = 0;
+  private lateReserves = 0;
   private up = true;
   private downSince = 0;
   private probeTimer: unknown = undefined;
@@ -295,6 +311,8 @@ export class SharedGate {
         state: 'reserving',
         attempt: 0,
         storeStartAt: 0,
+        sentAt: 0,
+        lateReserves: 0,
         at: 0,
         seq: seq++,
         heapIndex: -1,
@@ -344,6 +362,7 @@ export class SharedGate {
       storeUp: this.up,
       failure: this.o.failure,
       fallbackCalls: this.fallbackCalls,
+      lateReserves: this.lateReserves,
       fallback: this.fallback?.stats(),
       closed: this.closed,
     };
@@ -487,6 +506,7 @@ export class SharedGate {
     }
     call.state = 'reserving';
     const now = this.clock.now();
+    call.sentAt = now;
     let decision: MaybePromise<StoreDecision>;
     try {
       decision = this.store.reserve(
@@ -542,9 +562,8 @@ export class SharedGate {
     }
     call.reservation = d;
     call.storeStartAt = d.startAt;
-    // Store time to gate time with this answer's own clock reading: the answer arrives after the
-    // store decided, so the local start errs late, never early.
-    const localStart = now + (d.startAt - d.serverNow);
+    this.sampleOffset(call.sentAt, now, d.serverNow);
+    const localStart = this.toLocal(d.startAt, now, d.serverNow);
     if (localStart < this.pausedUntil(call.info, now) - PAUSE_SLACK_MS) {
       // A pause this reservation did not see yet (heard while it was in flight): plan again.
       this.giveBack(d);
@@ -553,11 +572,49 @@ export class SharedGate {
       return;
     }
     if (localStart <= now) {
-      this.start(call, now);
+      this.startOrReserveAgain(call, localStart, now);
       return;
     }
     call.state = 'waiting';
     this.enqueueAt(call, localStart);
+  }
+
+  /**
+   * Learn the store's clock from an answer: the store read its clock between `sentAt` and
+   * `receivedAt` (gate clock), so `serverNow - midpoint` is the offset within half the round trip.
+   * The shortest round trip of the last few seconds wins.
+   */
+  private sampleOffset(sentAt: number, receivedAt: number, serverNow: number): void {
+    const rttMs = receivedAt - sentAt;
+    if (rttMs <= this.offsetRttMs || receivedAt - this.offsetAt > OFFSET_SAMPLE_MS) {
+      // midpoint (gate ms) = sentAt + rtt / 2
+      this.offsetMs = serverNow - (sentAt + rttMs / 2);
+      this.offsetRttMs = rttMs;
+      this.offsetAt = receivedAt;
+    }
+  }
+
+  /** A store time on the gate's clock (with the answer's own reading before any estimate exists). */
+  private toLocal(storeMs: number, now: number, serverNow: number): number {
+    return Number.isNaN(this.offsetMs) ? now + (storeMs - serverNow) : storeMs - this.offsetMs;
+  }
+
+  /**
+   * Start a call whose slot has come, unless it comes too late: a start later than its slot by more
+   * than `lateToleranceMs` (an answer or a timer delayed by a busy event loop) would reach the
+   * provider closer to the next process's calls than the limit allows. Such a call gives its slot
+   * back and reserves again (a few times at most).
+   */
+  private startOrReserveAgain(call: SharedCall, localStart: number, now: number): void {
+    if (now - localStart > this.o.lateToleranceMs && call.lateReserves < MAX_LATE_RESERVES) {
+      call.lateReserves++;
+      this.lateReserves++;
+      if (call.reservation !== undefined) this.giveBack(call.reservation);
+      call.reservation = undefined;
+      this.submit(call);
+      return;
+    }
+    this.start(call, now);
   }
 
   private enqueueAt(call: SharedCall, at: number): void {
@@ -588,7 +645,7 @@ export class SharedGate {
       const head = this.heap.peek();
       if (head === undefined || head.at > now) break;
       this.heap.pop();
-      if (head.state === 'waiting') this.start(head, now);
+      if (head.state === 'waiting') this.startOrReserveAgain(head, head.at, now);
       else if (head.state === 'retrying') {
         if (now >= head.deadline) this.refuse(head, this.deadlineError(head, Infinity, false));
         else this.submit(head);
@@ -808,9 +865,9 @@ export class SharedGate {
   /** A pause set by any process (our own included, echoed by the store). */
   private heardPause(event: StorePauseEvent): void {
     const now = this.clock.now();
-    // Store time to gate time with the clock reading of the same message (the message is late, so
-    // the local end errs late: never a start inside the pause).
-    this.applyPause(event.pauseId, now + (event.untilMs - event.serverNow), 'shared', undefined);
+    // Store time to gate time (before any offset estimate, with the message's own reading: the
+    // message is late, so the local end errs late, never a start inside the pause).
+    this.applyPause(event.pauseId, this.toLocal(event.untilMs, now, event.serverNow), 'shared', undefined);
   }
 
   /** Hold every waiting call the pause covers: give back its reservation and reserve again after it. */

@@ -152,7 +152,12 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
       .filter((r) => r.scheduledAt > down.at + 5 && r.scheduledAt < up.at - 5)
       .map((r) => r.startedAt!)
       .sort((a, b) => a - b);
-    for (let i = 1; i < local.length; i++) expect(local[i]! - local[i - 1]!).toBeGreaterThanOrEqual(39);
+    // (The in-memory gate credits a timer up to 4 ms late to a bucket, so one gap may be that short.)
+    for (let i = 1; i < local.length; i++) expect(local[i]! - local[i - 1]!).toBeGreaterThanOrEqual(35.5);
+    if (local.length > 2) {
+      const ratePerSec = ((local.length - 1) / (local.at(-1)! - local[0]!)) * 1000;
+      expect(ratePerSec).toBeLessThanOrEqual(25.5);
+    }
     expect(events.map((e) => e.kind)).toEqual(['down', 'up']);
     expect(up.at - restartedAt).toBeLessThan(1_500);
     expect(stats.storeUp).toBe(true);

@@ -157,6 +157,42 @@ describe('shared gate on a memory store', () => {
     expect(ran).toBe(true);
   });
 
+  it('a call reached later than lateToleranceMs gives its slot back and reserves again', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    // The first timer of the gate fires 30 ms late (a busy event loop).
+    let late = 30;
+    const lateClock = {
+      now: () => clock.now(),
+      setTimeout: (fn: () => void, delayMs: number) => {
+        const handle = clock.setTimeout(fn, delayMs + late);
+        late = 0;
+        return handle;
+      },
+      clearTimeout: (handle: unknown) => clock.clearTimeout(handle),
+    };
+    const limits = [{ algorithm: 'leaky-bucket' as const, limit: 10, intervalMs: 1000 }];
+    const a = createSharedGate({ store, clock: lateClock, limits });
+    const other = createSharedGate({ store, clock, limits });
+    const starts: [string, number][] = [];
+    const first = a.schedule(() => starts.push(['a', clock.now() - T0]));
+    const second = a.schedule(() => starts.push(['a', clock.now() - T0]));
+    // Another process reserves the slot after a's second.
+    const third = other.schedule(() => starts.push(['b', clock.now() - T0]));
+    await flush();
+    clock.advance(1000);
+    await Promise.all([first, second, third]);
+    // a's second slot (100 ms) was reached at 130 ms: it did not start there (so close to b's slot at
+    // 200 ms), but took the next slot after b's.
+    expect(starts).toEqual([
+      ['a', 0],
+      ['b', 200],
+      ['a', 300],
+    ]);
+    expect(a.stats().lateReserves).toBe(1);
+    expect(() => createSharedGate({ store, lateToleranceMs: -1 })).toThrow(/lateToleranceMs/);
+  });
+
   it('fail-closed rejects with StoreUnavailableError while the store fails, and recovers by itself', async () => {
     const { clock, store } = setup();
     let broken = true;
