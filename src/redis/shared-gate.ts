@@ -113,6 +113,8 @@ interface KeyInfo {
   readonly pauseIds: readonly string[];
   /** The pause this key's throttled responses set. */
   readonly ownPauseId: string;
+  /** Indexes of concurrency levels (their permits are given back when a call finishes). */
+  readonly untimed: readonly number[];
   queued: number;
   learned: Map<string, { limit: number; at: number }> | undefined;
 }
@@ -302,7 +304,7 @@ export class SharedGate {
         signal,
         inspect,
         priceMicros,
-        hasUntimed: info.levels.some((level, i) => level.spec.algorithm === 'concurrency' && costs[i] !== 0),
+        hasUntimed: info.untimed.length > 0 && info.untimed.some((i) => costs[i] !== 0),
         onAbort: undefined,
         resolve,
         reject,
@@ -404,11 +406,13 @@ export class SharedGate {
     }));
     const pauseIds = [this.store.pauseId(partition, '')];
     if (scope !== '') pauseIds.push(this.store.pauseId(partition, scope));
+    const levels = [...this.globalLevels, ...keyLevels];
     return {
       key,
       partition,
       scope,
-      levels: [...this.globalLevels, ...keyLevels],
+      levels,
+      untimed: levels.flatMap((level, i) => (level.spec.algorithm === 'concurrency' ? [i] : [])),
       pauseIds,
       ownPauseId: this.store.pauseId(partition, scope),
       queued: 0,
