@@ -26,6 +26,8 @@ interface Config {
   t0: number;
   /** Wall-clock time (Date.now()) to start at, so several children start together. */
   startAt?: number;
+  /** The simulated paid API: each admitted call is really sent there (it charges the estimate). */
+  url?: string;
 }
 
 const config = JSON.parse(process.argv[2] ?? '{}') as Config;
@@ -66,6 +68,12 @@ async function loop(): Promise<void> {
     appendFileSync(config.sideFile, `sent ${reservation.id} ${estimateMicros}\n`);
     sent++;
     sentMicros += estimateMicros;
+    if (config.url !== undefined) {
+      const response = await fetch(`${config.url}/v1/complete`, {
+        headers: { 'x-estimate-micros': String(estimateMicros) },
+      });
+      await response.arrayBuffer();
+    }
     await new Promise((r) => setTimeout(r, Math.floor(random() * (config.maxDelayMs + 1))));
     guard.settle(reservation, estimateMicros);
     appendFileSync(config.sideFile, `settled ${reservation.id} ${estimateMicros}\n`);

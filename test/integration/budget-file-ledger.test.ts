@@ -6,6 +6,15 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { type BudgetReservation, createBudgetGuard } from '../../src/budget/budget-guard.js';
 import { BudgetExceededError } from '../../src/budget/errors.js';
 import { FileLedger } from '../../src/budget/file-ledger.js';
+import { type SimulatedApi, startSimulatedApi } from '../../src/testing/index.js';
+
+/** The simulated paid API, charging each request the estimate its client reserved. */
+function chargingApi(): Promise<SimulatedApi> {
+  return startSimulatedApi({
+    policy: { kind: 'none' },
+    price: (request) => Number(request.headers['x-estimate-micros'] ?? 0),
+  });
+}
 
 const dir = mkdtempSync(join(tmpdir(), 'tollgate-budget-int-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -137,8 +146,10 @@ describe('budget with the file ledger', () => {
     const sides = [0, 1, 2, 3].map((i) => join(dir, `side-${i}.log`));
     // Start all four together (each needs ~1 s to load TypeScript) so they contend for the ledger.
     const startAt = Date.now() + 3_000;
+    const api = await chargingApi();
     const children = sides.map((sideFile, i) =>
       run({
+        url: api.url,
         ledgerPath,
         limit: 1,
         concurrency: 4,
@@ -156,6 +167,11 @@ describe('budget with the file ledger', () => {
     );
     const sentMicros = sum(summaries.map((s) => s.sentMicros));
     expect(sentMicros).toBeLessThanOrEqual(LIMIT);
+    // The judge: what the server charged, across the four processes.
+    const charged = api.stats().totalChargedMicros;
+    await api.close();
+    expect(charged).toBe(sentMicros);
+    expect(charged).toBeLessThanOrEqual(LIMIT);
     // All four took part, and together they reached the cap.
     expect(summaries.filter((s) => s.sent > 0).length).toBeGreaterThanOrEqual(2);
     expect(sum(summaries.map((s) => s.refused))).toBeGreaterThan(0);
@@ -176,7 +192,9 @@ describe('budget with the file ledger', () => {
   it('a process killed with SIGKILL mid-run leaves at least what it sent counted', async () => {
     const ledgerPath = join(dir, 'killed.sqlite');
     const sideFile = join(dir, 'side-killed.log');
+    const api = await chargingApi();
     const { proc, done } = run({
+      url: api.url,
       ledgerPath,
       limit: 1000,
       concurrency: 8,
@@ -197,6 +215,10 @@ describe('budget with the file ledger', () => {
 
     const { sent, settled } = readSide(sideFile);
     const inFlight = [...sent.keys()].filter((id) => !settled.has(id));
+    // Let requests already on the wire land, then read what the server charged.
+    await new Promise((r) => setTimeout(r, 200));
+    const charged = api.stats().totalChargedMicros;
+    await api.close();
     const sentMicros = sum(sent.values()); // what the provider charged: every call sent
     expect(sent.size).toBeGreaterThanOrEqual(150);
 
@@ -208,12 +230,16 @@ describe('budget with the file ledger', () => {
     const [late] = ledger.snapshot(T0 + 3_600_000);
     expect(late!.reservedMicros).toBe(0);
     expect(late!.spentMicros).toBeGreaterThanOrEqual(sentMicros);
+    // Measured at the server: the ledger never counts less than the provider charged.
+    expect(charged).toBeGreaterThan(0);
+    expect(early!.spentMicros + early!.reservedMicros).toBeGreaterThanOrEqual(charged);
+    expect(late!.spentMicros).toBeGreaterThanOrEqual(charged);
     // A new process still refuses against that spend.
     expect(late!.remainingMicros).toBe(1000 * 1_000_000 - late!.spentMicros);
     ledger.close();
     console.log(
-      `[budget] SIGKILL: ${sent.size} sent (${inFlight.length} in flight at the kill), charged ` +
-        `${sentMicros} micros, ledger counts ${late!.spentMicros}`,
+      `[budget] SIGKILL: ${sent.size} sent (${inFlight.length} in flight at the kill), server charged ` +
+        `${charged} micros, ledger counts ${late!.spentMicros}`,
     );
   }, 15_000);
 });
