@@ -135,7 +135,8 @@ export function rateLimitHeaders(
       for (const unit of ['requests', 'tokens'] as const) {
         const b = bindingRule(snapshots, unit);
         if (b === undefined) continue;
-        headers[`x-ratelimit-limit-${unit}`] = String(b.limit);
+        // OpenAI's reset is "back to its initial state": its limit is the bucket's size.
+        headers[`x-ratelimit-limit-${unit}`] = String(b.capacity ?? b.limit);
         headers[`x-ratelimit-remaining-${unit}`] = String(b.remaining);
         headers[`x-ratelimit-reset-${unit}`] = formatGoDuration(b.resetMs);
       }
@@ -144,7 +145,8 @@ export function rateLimitHeaders(
       for (const unit of ['requests', 'tokens'] as const) {
         const b = bindingRule(snapshots, unit);
         if (b === undefined) continue;
-        headers[`anthropic-ratelimit-${unit}-limit`] = String(b.limit);
+        // Anthropic's bucket is "fully replenished" at the reset: its limit is the bucket's size.
+        headers[`anthropic-ratelimit-${unit}-limit`] = String(b.capacity ?? b.limit);
         headers[`anthropic-ratelimit-${unit}-remaining`] = String(b.remaining);
         headers[`anthropic-ratelimit-${unit}-reset`] = formatRfc3339(nowMs + b.resetMs);
       }

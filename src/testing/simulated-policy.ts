@@ -32,6 +32,8 @@ export interface RuleSnapshot {
   readonly kind: SimulatedRule['kind'];
   /** Units per window (the configured `limit`, not the burst). */
   readonly limit: number;
+  /** Token bucket only: the bucket's size (burst), which refill-style headers report as their limit. */
+  readonly capacity?: number;
   readonly windowMs: number;
   /** Whole units that could be taken now. */
   readonly remaining: number;
@@ -101,6 +103,7 @@ class TokenBucketState implements RuleState {
       unit: rule.unit,
       kind: rule.kind,
       limit: rule.limit,
+      capacity: rule.burst,
       windowMs: rule.intervalMs,
       remaining: whole,
       // Time to refill (burst - level) units at ratePerMs.
