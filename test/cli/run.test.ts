@@ -171,7 +171,8 @@ describe('results', () => {
     expect(one).toMatchObject({ id: 1, line: 1, status: 200, ok: true, attempts: 1 });
     expect(one['body']).toMatchObject({ ok: true });
     expect(one['headers']).toMatchObject({
-      'x-ratelimit-limit-requests': '200',
+      // OpenAI-style headers report the bucket's size (burst 20) as the limit.
+      'x-ratelimit-limit-requests': '20',
       'x-sim-cost-micros': '1500',
     });
     expect(one['cost']).toEqual({ units: { requests: 1 }, priceMicros: 2_000, price: '$0.002' });
