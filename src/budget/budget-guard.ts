@@ -25,7 +25,7 @@ import {
 } from './budget.js';
 import { BudgetExceededError, type BudgetRefusal } from './errors.js';
 import { FileLedger, type FileLedgerOptions } from './file-ledger.js';
-import type { Ledger, LedgerEntry, LedgerTotals, LedgerWindow } from './ledger.js';
+import type { Ledger, LedgerEntry, LedgerReserveResult, LedgerTotals, LedgerWindow } from './ledger.js';
 import { MemoryLedger } from './memory-ledger.js';
 import { checkMicros } from './money.js';
 import { describePeriod, type PeriodWindow, periodWindow } from './period.js';
@@ -118,6 +118,50 @@ interface FiredState {
   windowStart: number;
   // Per threshold index: when it fired (rolling budgets fire again a full window later).
   firedAt: (number | undefined)[];
+}
+
+/** The ledger entry of one budget for a call: its window, its cap, the call's estimate. */
+export function ledgerEntry(
+  budget: Budget,
+  key: string | undefined,
+  window: PeriodWindow,
+  estimateMicros: number,
+  expiresAt: number,
+): LedgerEntry {
+  return {
+    budgetId: budgetIdFor(budget, key),
+    windowStart: window.startMs,
+    windowEnd: window.endMs,
+    rollingMs: budget.period.kind === 'rolling' ? budget.period.rollingMs : undefined,
+    limitMicros: budget.limitMicros,
+    estimateMicros,
+    expiresAt,
+  };
+}
+
+/** A ledger's refusal as the guard reports it: which budget, and the numbers that did not fit. */
+export function refusalOf(
+  budgets: readonly Budget[],
+  entries: readonly LedgerEntry[],
+  result: Extract<LedgerReserveResult, { ok: false }>,
+  key: string | undefined,
+  estimateMicros: number,
+  currency: string,
+): BudgetDecision {
+  const budget = budgets[entries.findIndex((e) => e.budgetId === result.budgetId)] ?? budgets[0]!;
+  return {
+    ok: false,
+    budget: budget.name,
+    key: budget.perKey ? (key ?? '') : undefined,
+    budgetId: result.budgetId,
+    currency,
+    spentMicros: result.spentMicros,
+    reservedMicros: result.reservedMicros,
+    limitMicros: result.limitMicros,
+    estimateMicros,
+    resetAt: result.resetAt,
+    retryAt: result.retryAt,
+  };
 }
 
 /** Validate options and build a guard. Throws `InvalidOptionError` naming the bad option. */
@@ -227,34 +271,10 @@ export class BudgetGuard {
     for (let i = 0; i < this.budgets.length; i++) {
       const budget = this.budgets[i]!;
       const window = this.windowAt(i, now);
-      entries.push({
-        budgetId: budgetIdFor(budget, key),
-        windowStart: window.startMs,
-        windowEnd: window.endMs,
-        rollingMs: budget.period.kind === 'rolling' ? budget.period.rollingMs : undefined,
-        limitMicros: budget.limitMicros,
-        estimateMicros,
-        expiresAt,
-      });
+      entries.push(ledgerEntry(budget, key, window, estimateMicros, expiresAt));
     }
     const result = this.ledger.reserve(entries, now);
-    if (!result.ok) {
-      const budget =
-        this.budgets[entries.findIndex((e) => e.budgetId === result.budgetId)] ?? this.budgets[0]!;
-      return {
-        ok: false,
-        budget: budget.name,
-        key: budget.perKey ? (key ?? '') : undefined,
-        budgetId: result.budgetId,
-        currency: this.currency,
-        spentMicros: result.spentMicros,
-        reservedMicros: result.reservedMicros,
-        limitMicros: result.limitMicros,
-        estimateMicros,
-        resetAt: result.resetAt,
-        retryAt: result.retryAt,
-      };
-    }
+    if (!result.ok) return refusalOf(this.budgets, entries, result, key, estimateMicros, this.currency);
     if (this.listeners.size > 0 && estimateMicros > 0)
       this.checkThresholds(result.totals, estimateMicros, now);
     return {

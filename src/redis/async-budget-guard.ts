@@ -1,12 +1,17 @@
 import {
   type Budget,
   type BudgetSpec,
-  budgetIdFor,
   budgetKeyOf,
   budgetNameOf,
   normalizeBudget,
 } from '../budget/budget.js';
-import type { BudgetDecision, BudgetReservation, BudgetSpend } from '../budget/budget-guard.js';
+import {
+  type BudgetDecision,
+  type BudgetReservation,
+  type BudgetSpend,
+  ledgerEntry,
+  refusalOf,
+} from '../budget/budget-guard.js';
 import { BudgetExceededError } from '../budget/errors.js';
 import type { LedgerEntry } from '../budget/ledger.js';
 import { checkMicros } from '../budget/money.js';
@@ -94,36 +99,11 @@ export class AsyncBudgetGuard {
     if (key !== undefined && typeof key !== 'string')
       throw new InvalidCostError(`key must be a string or undefined, got ${typeof key}`);
     const expiresAt = now + this.reservationTtlMs;
-    const entries: LedgerEntry[] = this.budgets.map((budget, i) => {
-      const window = this.windowAt(i, now);
-      return {
-        budgetId: budgetIdFor(budget, key),
-        windowStart: window.startMs,
-        windowEnd: window.endMs,
-        rollingMs: budget.period.kind === 'rolling' ? budget.period.rollingMs : undefined,
-        limitMicros: budget.limitMicros,
-        estimateMicros,
-        expiresAt,
-      };
-    });
+    const entries: LedgerEntry[] = this.budgets.map((budget, i) =>
+      ledgerEntry(budget, key, this.windowAt(i, now), estimateMicros, expiresAt),
+    );
     const result = await this.ledger.reserve(entries, now);
-    if (!result.ok) {
-      const budget =
-        this.budgets[entries.findIndex((e) => e.budgetId === result.budgetId)] ?? this.budgets[0]!;
-      return {
-        ok: false,
-        budget: budget.name,
-        key: budget.perKey ? (key ?? '') : undefined,
-        budgetId: result.budgetId,
-        currency: this.currency,
-        spentMicros: result.spentMicros,
-        reservedMicros: result.reservedMicros,
-        limitMicros: result.limitMicros,
-        estimateMicros,
-        resetAt: result.resetAt,
-        retryAt: result.retryAt,
-      };
-    }
+    if (!result.ok) return refusalOf(this.budgets, entries, result, key, estimateMicros, this.currency);
     return {
       ok: true,
       reservation: Object.freeze({
