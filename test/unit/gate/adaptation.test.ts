@@ -450,3 +450,56 @@ describe('gate: arrival margin', () => {
     expect(() => createGate({ arrivalMarginMs: Number.NaN })).toThrow(/`arrivalMarginMs`/);
   });
 });
+
+describe('gate: bad adaptation and budget options', () => {
+  it.each([
+    [{ adapt: { pacing: 'fast' } }, 'adapt.pacing'],
+    [{ adapt: { maxRetries: -1 } }, 'adapt.maxRetries'],
+    [{ adapt: { maxRetries: 1.5 } }, 'adapt.maxRetries'],
+    [{ adapt: { maxRetryAfterMs: Number.NaN } }, 'adapt.maxRetryAfterMs'],
+    [{ adapt: { backoffBaseMs: -5 } }, 'adapt.backoffBaseMs'],
+    [{ adapt: { learn: 'yes' } }, 'adapt.learn'],
+    [{ adapt: { retryUnsafeOn503: 1 } }, 'adapt.retryUnsafeOn503'],
+    [{ adapt: { aimd: { decrease: 1.5 } } }, 'adapt.aimd.decrease'],
+    [{ adapt: { aimd: { minRatePerSec: 0 } } }, 'adapt.aimd.minRatePerSec'],
+    [{ adapt: { aimd: { minRatePerSec: 5, maxRatePerSec: 1 } } }, 'adapt.aimd.maxRatePerSec'],
+    [{ adapt: { typo: true } }, 'adapt.typo'],
+    [{ adapt: 'on' }, 'adapt'],
+    [{ random: 0.5 }, 'random'],
+    [
+      {
+        budget: { budgets: { name: 'd', limit: 1, period: 'day' }, ledger: 'memory', defaultPriceMicros: -1 },
+      },
+      'budget.defaultPriceMicros',
+    ],
+  ])('%j throws InvalidOptionError naming %s', (options, option) => {
+    let error: unknown;
+    try {
+      createGate({ clock: new ManualClock(0), ...(options as object) });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toMatchObject({ code: 'ERR_INVALID_OPTION', option });
+  });
+
+  it('a priceMicros that is not an integer >= 0 rejects the call before anything is reserved or sent', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({
+      clock,
+      budget: { budgets: { name: 'd', limit: 1, period: 'day' }, ledger: 'memory' },
+    });
+    let sent = 0;
+    for (const priceMicros of [-1, 1.5, Number.NaN, Infinity]) {
+      await expect(
+        gate.schedule(
+          async () => {
+            sent++;
+          },
+          { priceMicros },
+        ),
+      ).rejects.toMatchObject({ code: 'ERR_INVALID_COST' });
+    }
+    expect(sent).toBe(0);
+    expect(gate.spend()[0]).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
+  });
+});
