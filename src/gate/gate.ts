@@ -164,6 +164,8 @@ interface Call extends QueueEntry {
   /** The limits in force when the call last started (for releasing its permits). */
   gcores: readonly LimitCore[] | undefined;
   kcores: readonly LimitCore[] | undefined;
+  /** When the call last started (window limits recount it from its response, see `recount`). */
+  startedAt: number;
 }
 
 interface Extra {
@@ -232,6 +234,12 @@ function commit(cores: readonly LimitCore[], states: unknown[], costs: readonly 
 }
 
 /** Units of `unit` a call costs, from its cost as given (requests default to 1, other units to 0). */
+/** Fixed, sliding-log and sliding windows: the limits `recount` moves to the response time. */
+function countsWindow(core: LimitCore): boolean {
+  const algorithm = core.algorithm;
+  return algorithm === 'fixed-window' || algorithm === 'sliding-log' || algorithm === 'sliding-window';
+}
+
 function unitCost(cost: ScheduleOptions['cost'], unit: string): number {
   if (cost === undefined) return unit === 'requests' ? 1 : 0;
   if (typeof cost === 'number') return unit === 'requests' ? cost : 0;
@@ -403,6 +411,8 @@ export class Gate {
   private readonly defaultPartition: Partition;
   private compact: boolean;
   private observe: boolean;
+  /** Window limits count calls from their response (arrivalMarginMs > 0 and a window limit is set). */
+  private recounts: boolean;
   private defaultG: number[];
   private defaultK: number[];
   private pausedUntil = 0;
@@ -442,6 +452,7 @@ export class Gate {
     this.defaultPartition = new Partition(undefined, initialStates(this.keyCores, now));
     this.compact = false;
     this.observe = false;
+    this.recounts = false;
     this.defaultG = [];
     this.defaultK = [];
     this.configure();
@@ -458,7 +469,9 @@ export class Gate {
   private configure(): void {
     const key = this.keyCores;
     this.compact = key.length === 1 && key[0]!.creditsLateStart;
-    this.observe = this.globalCores.some((c) => !c.timed) || key.some((c) => !c.timed);
+    this.recounts =
+      this.arrivalMarginMs > 0 && (this.globalCores.some(countsWindow) || key.some(countsWindow));
+    this.observe = this.recounts || this.globalCores.some((c) => !c.timed) || key.some((c) => !c.timed);
     this.defaultG = this.globalCores.map((c) => (c.unit === 'requests' ? 1 : 0));
     this.defaultK = key.map((c) => (c.unit === 'requests' ? 1 : 0));
   }
@@ -1058,6 +1071,7 @@ export class Gate {
       mark: undefined,
       gcores: undefined,
       kcores: undefined,
+      startedAt: 0,
     };
     return { call, promise };
   }
@@ -1090,7 +1104,7 @@ export class Gate {
     }
     const gcores = this.globalCores;
     const kcores = this.keyCores;
-    const done = () => this.release(p, gcores, gcosts, kcores, kcosts);
+    const done = () => this.release(p, gcores, gcosts, kcores, kcosts, now);
     result.then(done, done);
     return result;
   }
@@ -1118,9 +1132,11 @@ export class Gate {
     gcosts: readonly number[],
     kcores: readonly LimitCore[],
     kcosts: readonly number[],
+    startedAt: number,
   ): void {
     this.inFlight--;
     const now = this.clock.now();
+    if (this.recounts) this.recount(p, gcores, gcosts, kcores, kcosts, startedAt, now);
     let global = false;
     for (let i = 0; i < gcores.length; i++) {
       if (gcores[i]!.timed || !gcosts[i]) continue;
@@ -1185,6 +1201,44 @@ export class Gate {
   }
 
   /** Where `core`'s count lives now: its index in `cores`, following `setLimits` replacements. */
+  /**
+   * Move a settled call's entries in window limits from its start to the moment it settled: the
+   * provider counted the request when it arrived, which is no later than its response, so a window
+   * counted from the response never ends before the provider's does. A token bucket needs no such
+   * move (its margin is in its burst); a window would otherwise need a margin as long as the
+   * slowest arrival. The move is capped at `max(arrivalMarginMs, intervalMs / 10)` after the start,
+   * so a slow response (a long generation) costs at most a tenth of the window's throughput. The
+   * partition's shadow gets the same move, so predictions of later calls see it.
+   */
+  private recount(
+    p: Partition,
+    gcores: readonly LimitCore[],
+    gcosts: readonly number[],
+    kcores: readonly LimitCore[],
+    kcosts: readonly number[],
+    startedAt: number,
+    now: number,
+  ): void {
+    const margin = this.arrivalMarginMs;
+    const move = (core: LimitCore, state: unknown, cost: number): unknown => {
+      const at = Math.min(now, startedAt + Math.max(margin, core.spec.intervalMs / 10));
+      if (!(at > startedAt)) return state;
+      return core.take(core.refund(state, cost, startedAt, now), cost, at);
+    };
+    for (let i = 0; i < gcores.length; i++) {
+      const core = gcores[i]!;
+      if (!gcosts[i] || !countsWindow(core) || this.globalCores[i] !== core) continue;
+      this.globalStates[i] = move(core, this.globalStates[i], gcosts[i]!);
+      if (p.shadowG !== undefined) p.shadowG[i] = move(core, p.shadowG[i], gcosts[i]!);
+    }
+    for (let i = 0; i < kcores.length; i++) {
+      const core = kcores[i]!;
+      if (!kcosts[i] || !countsWindow(core) || this.keyCores[i] !== core) continue;
+      p.keyStates[i] = move(core, p.keyStates[i], kcosts[i]!);
+      if (p.shadowK !== undefined) p.shadowK[i] = move(core, p.shadowK[i], kcosts[i]!);
+    }
+  }
+
   private currentIndex(core: LimitCore, cores: readonly LimitCore[]): number {
     let current: LimitCore | undefined = core;
     for (let hops = 0; current !== undefined && hops < 64; hops++) {
@@ -1566,6 +1620,7 @@ export class Gate {
     call.attempt++;
     call.gcores = this.globalCores;
     call.kcores = this.keyCores;
+    call.startedAt = now;
     if (call.inspect !== undefined) this.startProbe(p, now);
     p.cum ??= new Map();
     this.countStart(p, call.cost, now);
@@ -1585,7 +1640,8 @@ export class Gate {
   }
 
   private failed(call: Call, error: unknown): void {
-    if (this.observe) this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts);
+    if (this.observe)
+      this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts, call.startedAt);
     this.endProbe(call.partition);
     // The request may have reached the provider: charge the estimate (never under-count).
     this.settleBudget(call, call.priceMicros);
@@ -1593,7 +1649,8 @@ export class Gate {
   }
 
   private completed(call: Call, value: unknown): void {
-    if (this.observe) this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts);
+    if (this.observe)
+      this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts, call.startedAt);
     let inspection: Inspection | undefined | Promise<Inspection | undefined>;
     try {
       inspection = call.inspect?.(value as never);

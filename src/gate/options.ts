@@ -51,8 +51,14 @@ export interface GateOptions {
   /**
    * Safety margin, in ms, between the client's clock and the provider's: providers count a
    * request when it arrives, and the first one of a run can arrive tens of ms after it was sent.
-   * Token buckets leave `rate × margin` of their burst unused; fixed, sliding-log and sliding
-   * windows count over windows this much longer. 0 keeps the limits exact.
+   * When it is above 0:
+   * - token buckets leave `rate × margin` of their burst unused;
+   * - fixed, sliding-log and sliding windows count each call from the moment it settles (its
+   *   response came back, so the provider had counted it by then) rather than from its start, but
+   *   never later than `max(margin, intervalMs / 10)` after its start, so slow responses cost at
+   *   most a tenth of a window's throughput.
+   *
+   * 0 keeps every limit exact on the gate's clock at dispatch.
    * @default 50 with the system clock; 0 with an injected clock (tests reason in exact times)
    */
   arrivalMarginMs?: number;
@@ -164,9 +170,10 @@ export function buildCores(value: unknown, path: string, arrivalMarginMs = 0): L
 /**
  * The same limit, kept `marginMs` on the safe side of the provider's clock. The provider counts a
  * request when it arrives, the client when it sends; the first request of a run can take tens of
- * ms longer to arrive (a new connection), which shifts the provider's bucket or window later than
- * the client's. A token bucket leaves `rate · margin` units of its burst unused; window limits
- * count over windows `margin` longer. Leaky buckets and concurrency are unchanged.
+ * ms longer to arrive (a new connection), which shifts the provider's bucket later than the
+ * client's. A token bucket leaves `rate · margin` units of its burst unused. Window limits keep
+ * their interval: the gate moves each call's entry to the time its response came back instead
+ * (see `Gate.recount`). Leaky buckets and concurrency are unchanged.
  */
 function withArrivalMargin(core: LimitCore, marginMs: number, path: string): LimitCore {
   const spec = core.spec;
@@ -176,10 +183,6 @@ function withArrivalMargin(core: LimitCore, marginMs: number, path: string): Lim
       const burst = Math.max(1, Math.floor(spec.burst - (spec.limit / spec.intervalMs) * marginMs));
       return burst === spec.burst ? core : createLimit({ ...spec, burst }, path);
     }
-    case 'fixed-window':
-    case 'sliding-log':
-    case 'sliding-window':
-      return createLimit({ ...spec, intervalMs: spec.intervalMs + marginMs }, path);
     default:
       return core;
   }

@@ -423,7 +423,7 @@ describe('gate adaptation: probing an unknown provider', () => {
 });
 
 describe('gate: arrival margin', () => {
-  it('keeps token buckets and windows on the safe side of the provider by arrivalMarginMs', () => {
+  it('keeps token buckets on the safe side of the provider by arrivalMarginMs, other limits as given', () => {
     const gate = createGate({
       arrivalMarginMs: 50,
       limits: [
@@ -435,9 +435,125 @@ describe('gate: arrival margin', () => {
     expect(gate.stats().limits.map((l) => [l.algorithm, l.limit, l.intervalMs, l.available])).toEqual([
       // 50/s × 50 ms = 2.5 units of burst kept unused: burst 10 → 7.
       ['token-bucket', 50, 1000, 7],
-      ['sliding-log', 100, 2050, 100],
+      ['sliding-log', 100, 2000, 100],
       ['leaky-bucket', 10, 1000, 10],
     ]);
+  });
+
+  /** Calls whose responses come back when the test says: `respond(i)` settles the i-th started call. */
+  function heldCalls(clock: ManualClock) {
+    const startedAt: number[] = [];
+    const settle: (() => void)[] = [];
+    const fn = () =>
+      new Promise<number>((resolve) => {
+        const i = startedAt.length;
+        startedAt.push(clock.now());
+        settle.push(() => resolve(i));
+      });
+    const respond = async (i: number) => {
+      settle[i]!();
+      await flush();
+    };
+    return { startedAt, fn, respond };
+  }
+
+  it.each([
+    ['sliding-log', 0, [0, 0, 1000]],
+    ['sliding-log', 50, [0, 0, 1030]],
+  ] as const)(
+    '%s with margin %i counts a call from its response (30 ms after its start)',
+    async (algorithm, arrivalMarginMs, expected) => {
+      const clock = new ManualClock(0);
+      const gate = createGate({
+        clock,
+        arrivalMarginMs,
+        limits: [{ algorithm, limit: 2, intervalMs: 1000 }],
+      });
+      const calls = heldCalls(clock);
+      const done = [gate.schedule(calls.fn), gate.schedule(calls.fn), gate.schedule(calls.fn)];
+      await flush();
+      clock.advance(30);
+      await calls.respond(0);
+      await calls.respond(1);
+      clock.advance(1000);
+      await flush();
+      await calls.respond(2);
+      await Promise.all(done);
+      expect(calls.startedAt).toEqual(expected);
+    },
+  );
+
+  it('caps the move at a tenth of the window (or the margin, if longer) for a slow response', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({
+      clock,
+      arrivalMarginMs: 50,
+      limits: [{ algorithm: 'sliding-log', limit: 1, intervalMs: 1000 }],
+    });
+    const calls = heldCalls(clock);
+    const done = [gate.schedule(calls.fn), gate.schedule(calls.fn)];
+    await flush();
+    clock.advance(700); // a slow response: counted from 0 + 1000 / 10, not from 700
+    await calls.respond(0);
+    clock.advance(1000);
+    await flush();
+    await calls.respond(1);
+    await Promise.all(done);
+    expect(calls.startedAt).toEqual([0, 1100]);
+  });
+
+  it.each([
+    ['fixed-window', 0, [990, 1010, 1010]],
+    ['fixed-window', 50, [990, 1010, 2000]],
+    ['sliding-window', 0, [990, 1010, 2000]],
+    ['sliding-window', 50, [990, 1010, 2500]],
+  ] as const)(
+    '%s with margin %i counts a call in the window its response came back in',
+    async (algorithm, arrivalMarginMs, expected) => {
+      const clock = new ManualClock(990);
+      const gate = createGate({
+        clock,
+        arrivalMarginMs,
+        limits: [{ algorithm, limit: 2, intervalMs: 1000 }],
+      });
+      const calls = heldCalls(clock);
+      const first = gate.schedule(calls.fn);
+      await flush();
+      clock.advance(20); // the response of the call started at 990 arrives at 1010, in window 1
+      await calls.respond(0);
+      const later = [gate.schedule(calls.fn), gate.schedule(calls.fn)];
+      await flush();
+      await calls.respond(1);
+      clock.advance(1500);
+      await flush();
+      await calls.respond(2);
+      await Promise.all([first, ...later]);
+      // With a margin, window 1 has one place left: the provider may have counted the first call there.
+      expect(calls.startedAt).toEqual(expected);
+    },
+  );
+
+  it('predicts a new call from the moved entries, so a deadline it cannot meet is refused at once', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({
+      clock,
+      arrivalMarginMs: 50,
+      limits: [{ algorithm: 'sliding-log', limit: 1, intervalMs: 1000 }],
+    });
+    const calls = heldCalls(clock);
+    const first = gate.schedule(calls.fn);
+    await flush();
+    clock.advance(40);
+    await calls.respond(0);
+    await first;
+    const refused = gate.schedule(calls.fn, { maxQueueTimeMs: 995 });
+    await expect(refused).rejects.toMatchObject({ code: 'ERR_QUEUE_TIMEOUT', predictedWaitMs: 1000 });
+    const admitted = gate.schedule(calls.fn, { maxQueueTimeMs: 1000 });
+    clock.advance(1000);
+    await flush();
+    await calls.respond(1);
+    await admitted;
+    expect(calls.startedAt).toEqual([0, 1040]);
   });
 
   it('is 0 by default with an injected clock and rejects garbage', () => {
