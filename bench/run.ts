@@ -117,7 +117,7 @@ if (!only || only === 'goodput') {
     "dispatched while an earlier answer's Retry-After (capped as the scenario says) still ran. *dispatch→arrival*: from the client's call",
     'to the server reading the request. A contender still busy at the timeout is stopped: its calls are *unfinished* (*hung* when a',
     "day-long Retry-After holds them). `tollgate` is configured with the provider's exact numbers and its default 50 ms arrival",
-    'margin (token buckets keep 50 ms of refill unused, windows are 50 ms longer); `tollgate (no margin)` is the same gate with',
+    'margin (token buckets keep 50 ms of refill unused, windows count each call from its response); `tollgate (no margin)` is the same gate with',
     '`arrivalMarginMs: 0`, to show what the margin buys.',
     '',
     g.markdown,
