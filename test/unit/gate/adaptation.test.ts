@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createBudgetGuard } from '../../../src/budget/budget-guard.js';
+import type { LimitSpec } from '../../../src/core/limit.js';
 import { RateLimitedError } from '../../../src/errors.js';
 import { createGate, type Inspection } from '../../../src/gate/gate.js';
 import { ManualClock } from '../../helpers/manual-clock.js';
@@ -440,8 +441,13 @@ describe('gate: arrival margin', () => {
     ]);
   });
 
-  /** Calls whose responses come back when the test says: `respond(i)` settles the i-th started call. */
-  function heldCalls(clock: ManualClock) {
+  /**
+   * A gate with one limit on a manual clock, and calls whose responses come back when the test
+   * says: `respond(i)` settles the i-th started call.
+   */
+  function heldCalls(start: number, arrivalMarginMs: number, limit: LimitSpec) {
+    const clock = new ManualClock(start);
+    const gate = createGate({ clock, arrivalMarginMs, limits: [limit] });
     const startedAt: number[] = [];
     const settle: (() => void)[] = [];
     const fn = () =>
@@ -454,7 +460,7 @@ describe('gate: arrival margin', () => {
       settle[i]!();
       await flush();
     };
-    return { startedAt, fn, respond };
+    return { clock, gate, startedAt, fn, respond };
   }
 
   it.each([
@@ -463,13 +469,11 @@ describe('gate: arrival margin', () => {
   ] as const)(
     '%s with margin %i counts a call from its response (30 ms after its start)',
     async (algorithm, arrivalMarginMs, expected) => {
-      const clock = new ManualClock(0);
-      const gate = createGate({
-        clock,
-        arrivalMarginMs,
-        limits: [{ algorithm, limit: 2, intervalMs: 1000 }],
+      const { clock, gate, ...calls } = heldCalls(0, arrivalMarginMs, {
+        algorithm,
+        limit: 2,
+        intervalMs: 1000,
       });
-      const calls = heldCalls(clock);
       const done = [gate.schedule(calls.fn), gate.schedule(calls.fn), gate.schedule(calls.fn)];
       await flush();
       clock.advance(30);
@@ -484,13 +488,11 @@ describe('gate: arrival margin', () => {
   );
 
   it('caps the move at a tenth of the window (or the margin, if longer) for a slow response', async () => {
-    const clock = new ManualClock(0);
-    const gate = createGate({
-      clock,
-      arrivalMarginMs: 50,
-      limits: [{ algorithm: 'sliding-log', limit: 1, intervalMs: 1000 }],
+    const { clock, gate, ...calls } = heldCalls(0, 50, {
+      algorithm: 'sliding-log',
+      limit: 1,
+      intervalMs: 1000,
     });
-    const calls = heldCalls(clock);
     const done = [gate.schedule(calls.fn), gate.schedule(calls.fn)];
     await flush();
     clock.advance(700); // a slow response: counted from 0 + 1000 / 10, not from 700
@@ -510,13 +512,11 @@ describe('gate: arrival margin', () => {
   ] as const)(
     '%s with margin %i counts a call in the window its response came back in',
     async (algorithm, arrivalMarginMs, expected) => {
-      const clock = new ManualClock(990);
-      const gate = createGate({
-        clock,
-        arrivalMarginMs,
-        limits: [{ algorithm, limit: 2, intervalMs: 1000 }],
+      const { clock, gate, ...calls } = heldCalls(990, arrivalMarginMs, {
+        algorithm,
+        limit: 2,
+        intervalMs: 1000,
       });
-      const calls = heldCalls(clock);
       const first = gate.schedule(calls.fn);
       await flush();
       clock.advance(20); // the response of the call started at 990 arrives at 1010, in window 1
@@ -534,13 +534,11 @@ describe('gate: arrival margin', () => {
   );
 
   it('predicts a new call from the moved entries, so a deadline it cannot meet is refused at once', async () => {
-    const clock = new ManualClock(0);
-    const gate = createGate({
-      clock,
-      arrivalMarginMs: 50,
-      limits: [{ algorithm: 'sliding-log', limit: 1, intervalMs: 1000 }],
+    const { clock, gate, ...calls } = heldCalls(0, 50, {
+      algorithm: 'sliding-log',
+      limit: 1,
+      intervalMs: 1000,
     });
-    const calls = heldCalls(clock);
     const first = gate.schedule(calls.fn);
     await flush();
     clock.advance(40);
