@@ -55,14 +55,9 @@ export function loadedScript(name: string, source: string): LoadedScript {
   return { name, source, sha: createHash('sha1').update(source).digest('hex') };
 }
 
-const identity = (reply: unknown): unknown => reply;
-
-/** Returned by a reply parser: run the fallback script with the same arguments. */
-export const AGAIN: unique symbol = Symbol('again');
-
 interface Pending {
   readonly deadline: number;
-  readonly reject: (error: unknown) => void;
+  readonly reject: (error: StoreUnavailableError) => void;
 }
 
 /**
@@ -90,56 +85,43 @@ export class CommandRunner {
     numKeys: number,
     keysAndArgs: readonly (string | number)[],
   ): Promise<unknown> {
-    return this.evalshaArgs(script, [script.sha, numKeys, ...keysAndArgs], identity);
+    return new Promise((resolve, reject) => {
+      this.evalshaArgs(script, [script.sha, numKeys, ...keysAndArgs], resolve, reject);
+    });
   }
 
   /**
-   * EVALSHA with the arguments ready (`args[0]` the script's SHA, `args[1]` the key count) and the
-   * reply parsed by `parse`: one promise of ours on top of ioredis's, for the hot path. When `parse`
-   * answers `AGAIN`, the same arguments run `fallback` (a general script behind a specialized one).
+   * EVALSHA with the arguments ready (`args[0]` the script's SHA, `args[1]` the key count), for the
+   * hot path: no promise of ours on top of ioredis's, the reply handed to `onReply` and any failure
+   * (an error reply, a lost connection, no answer within the timeout, or `onReply` throwing) to
+   * `onError` as a `StoreUnavailableError`. Exactly one of them is called, once. NOSCRIPT loads the
+   * script and sends the same arguments again.
    */
-  evalshaArgs<T>(
+  evalshaArgs(
     script: LoadedScript,
     args: (string | number)[],
-    parse: (reply: unknown) => T | typeof AGAIN,
-    fallback?: LoadedScript,
-  ): Promise<T> {
+    onReply: (reply: unknown) => void,
+    onError: (error: StoreUnavailableError) => void,
+  ): void {
     this.commands++;
-    return new Promise<T>((resolve, reject) => {
-      const id = this.track(reject);
-      let current = script;
-      const failed = (error: unknown) => {
-        if (this.pending.delete(id)) reject(unavailable(error, current.name));
-      };
-      const done = (reply: unknown) => {
-        if (!this.pending.has(id)) return;
-        let value: T | typeof AGAIN;
-        try {
-          value = parse(reply);
-        } catch (error) {
-          failed(error);
-          return;
-        }
-        if (value === AGAIN && fallback !== undefined && current !== fallback) {
-          current = fallback;
-          args[0] = fallback.sha;
-          this.commands++;
-          send();
-          return;
-        }
-        this.pending.delete(id);
-        resolve(value as T);
-      };
-      const send = () => {
-        (this.client.call('EVALSHA', args) as Promise<unknown>).then(done, (error: unknown) => {
-          if (!String((error as Error)?.message).startsWith('NOSCRIPT')) return failed(error);
-          this.commands += 2;
-          (this.client.call('SCRIPT', ['LOAD', current.source]) as Promise<unknown>)
-            .then(() => this.client.call('EVALSHA', args) as Promise<unknown>)
-            .then(done, failed);
-        });
-      };
-      send();
+    const id = this.track(onError);
+    const failed = (error: unknown) => {
+      if (this.pending.delete(id)) onError(unavailable(error, script.name));
+    };
+    const done = (reply: unknown) => {
+      if (!this.pending.delete(id)) return;
+      try {
+        onReply(reply);
+      } catch (error) {
+        onError(unavailable(error, script.name));
+      }
+    };
+    (this.client.call('EVALSHA', args) as Promise<unknown>).then(done, (error: unknown) => {
+      if (!String((error as Error)?.message).startsWith('NOSCRIPT')) return failed(error);
+      this.commands += 2;
+      (this.client.call('SCRIPT', ['LOAD', script.source]) as Promise<unknown>)
+        .then(() => this.client.call('EVALSHA', args) as Promise<unknown>)
+        .then(done, failed);
     });
   }
 
@@ -173,7 +155,7 @@ export class CommandRunner {
   }
 
   /** Watch a command's deadline; the caller deletes the returned id when the command answers. */
-  private track(reject: (error: unknown) => void): number {
+  private track(reject: (error: StoreUnavailableError) => void): number {
     const id = this.nextId++;
     this.pending.set(id, { deadline: performance.now() + this.timeoutMs, reject });
     if (this.timer === undefined) this.arm();

@@ -603,81 +603,166 @@ return reply
 `;
 
 /**
- * `RESERVE_LUA` for calls whose levels are all token or leaky buckets (the common case), without
- * the other algorithms' code: same arguments, same replies, same arithmetic (core/gcra.ts). When
- * the scope has learned limits it answers {2} and the caller runs `RESERVE_LUA` instead.
+ * `RESERVE_LUA` for calls whose levels are all token or leaky buckets (the common case), for one
+ * call or for a batch of calls sent together (the store's batching of concurrent decisions): each
+ * call is decided in order, atomically and all or nothing on its own levels, exactly as if it ran
+ * alone after the calls before it. Same arithmetic as core/gcra.ts; the client computes each
+ * level's constants from the call's cost with the core's own expressions (`slackMs = τ - cost·T`,
+ * `stepMs = cost·T`) and sends them as shortest round-trip decimals, which Lua reads back exactly.
+ *
+ * Lean on purpose (it runs for nearly every decision): one `TIME` per run, each meta hash and each
+ * level's state read once per run and each state written once at the end (later calls of the batch
+ * see the earlier ones' takes through a table, as they would see their writes), and `now` is
+ * answered as `TIME`'s own two integers, so a decision formats one number per level (its mark).
+ *
+ * Calls of one shape and cost (the same keys and level arguments) form a class, sent once; each call
+ * then sends only its class, now override and deadline.
+ *
+ * KEYS: per class, its n level state keys, then its m meta hashes: the partition's ('-'), and the
+ *   call's scope's when it has one (pause 'p' of both; learned limits of the last).
+ * ARGV: minTtlMs, the number of classes, then per class: n, m, then per level slackMs and stepMs
+ *   (slackMs '' = cost 0, level not consulted; 'x' = a cost above the level's capacity); then per
+ *   call: its class (1-based), nowOverride ('' = TIME), maxWaitMs (-1 = none).
+ * Reply: TIME's seconds and microseconds ('' '' when every call had a now override), then per call
+ *   {1, startAt ('' = now), mark_1..mark_n} admitted, {0, waitMs (-1: unpredictable), reason}
+ *   refused, or {2}: the scope has learned limits, nothing committed, run `RESERVE_LUA` instead.
  */
 export const RESERVE_BUCKETS_LUA = `
-local function fmt(x) return string.format('%.17g', x) end
-local now
-if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
-  local t = redis.call('TIME')
-  -- ms = s * 1000 + µs / 1000
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-end
-local maxWait = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local m = tonumber(ARGV[4])
-local minTtl = tonumber(ARGV[7])
+-- Globals are looked up through a metatable function in Redis 7 scripts: read each one once.
+local call, tonumber, format, ceil = redis.call, tonumber, string.format, math.ceil
+local KEYS, ARGV = KEYS, ARGV
+local minTtl = tonumber(ARGV[1])
+local reply = { '', '' }
+local r = 2
+local clock = nil
 
-local from = now
-if m == 2 then
-  local until_ = tonumber(redis.call('HGET', KEYS[n + 1], 'p') or '')
-  if until_ and until_ > from then from = until_ end
-end
-local meta = redis.call('HGETALL', KEYS[n + m])
-for j = 1, #meta, 2 do
-  if meta[j] ~= 'p' then return { 2 } end
-  local until_ = tonumber(meta[j + 1])
-  if until_ > from then from = until_ end
-end
-
-local startAt = from
-local T, tats, costs = {}, {}, {}
-for i = 1, n do
-  local a = 10 + (i - 1) * 5
-  local cost = tonumber(ARGV[a + 5])
-  costs[i] = cost
-  if cost ~= 0 then
-    local limit = tonumber(ARGV[a + 2])
-    -- T (ms/unit) = intervalMs / limit
-    local t = tonumber(ARGV[a + 3]) / limit
-    local cap, tol
-    if ARGV[a + 1] == 'tb' then
-      cap = tonumber(ARGV[a + 4])
-      tol = cap * t
+-- Classes: first key (0-based), level and meta key counts, and the levels' slack and step by ARGV
+-- position (false: cost 0; true: above capacity).
+local ck, cn, cm, cb, num = {}, {}, {}, {}, {}
+local k, a = 0, 2
+for c = 1, tonumber(ARGV[2]) do
+  local n, m = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  ck[c], cn[c], cm[c], cb[c] = k, n, m, a + 2
+  for j = a + 3, a + 2 + 2 * n, 2 do
+    local slack = ARGV[j]
+    if slack == '' then num[j] = false
+    elseif slack == 'x' then num[j] = true
     else
-      cap = limit
-      tol = cost * t
+      num[j] = tonumber(slack)
+      num[j + 1] = tonumber(ARGV[j + 1])
     end
-    if cost > cap then return { 0, '-1', 'capacity', fmt(now) } end
-    local tat = tonumber(redis.call('GET', KEYS[i]) or '') or now
-    T[i] = t
-    tats[i] = tat
-    local slackMs = tol - cost * t
-    local atMs = tat - slackMs
-    if atMs < from then atMs = from end
-    if atMs > startAt then startAt = atMs end
+  end
+  k = k + n + m
+  a = a + 2 + 2 * n
+end
+
+-- Per run: each meta hash's pause (false: none) and whether it holds learned limits; each level
+-- state's TAT (false: no state) and, once taken, its text and TTL for the write at the end.
+-- cur: the call's levels' TATs as read before its take (one table reused by every call).
+local pauses, learned = {}, {}
+local tats, texts, ttls, dirty, cur = {}, {}, {}, {}, {}
+local nd = 0
+
+for a = a, #ARGV - 1, 3 do
+  local c, override = tonumber(ARGV[a + 1]), ARGV[a + 2]
+  local k, n, m, b = ck[c], cn[c], cm[c], cb[c]
+  local now
+  if override ~= '' then
+    now = tonumber(override)
+  else
+    if clock == nil then
+      local t = call('TIME')
+      reply[1], reply[2] = t[1], t[2]
+      -- ms = s * 1000 + µs / 1000
+      clock = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+    end
+    now = clock
+  end
+  -- Nothing starts before the latest pause that holds this call (the partition's, then the scope's).
+  local from = now
+  for j = k + n + 1, k + n + m do
+    local key = KEYS[j]
+    local untilMs = pauses[key]
+    if untilMs == nil then
+      untilMs = false
+      local flat = call('HGETALL', key)
+      for f = 1, #flat, 2 do
+        if flat[f] == 'p' then untilMs = tonumber(flat[f + 1]) else learned[key] = true end
+      end
+      pauses[key] = untilMs
+    end
+    if untilMs and untilMs > from then from = untilMs end
+  end
+  if learned[KEYS[k + n + m]] then
+    r = r + 1
+    reply[r] = 2
+  else
+    local startAt = from
+    local capacity = false
+    for i = 1, n do
+      local slack = num[b + 2 * i - 1]
+      if slack == true then
+        capacity = true
+      elseif slack then
+        local key = KEYS[k + i]
+        local tat = tats[key]
+        if tat == nil then
+          tat = tonumber(call('GET', key) or '') or false
+          tats[key] = tat
+        end
+        tat = tat or now
+        cur[i] = tat
+        -- core/gcra.ts gcraEarliestAt: max(TAT - slack, from); no state is a TAT of now.
+        local atMs = tat - slack
+        if atMs < from then atMs = from end
+        if atMs > startAt then startAt = atMs end
+      end
+    end
+    if capacity then
+      reply[r + 1], reply[r + 2], reply[r + 3] = 0, '-1', 'capacity'
+      r = r + 3
+    else
+      local maxWait = tonumber(ARGV[a + 3])
+      -- waitMs = startAt - now: how long the call would wait for its start.
+      if maxWait >= 0 and startAt - now > maxWait then
+        reply[r + 1], reply[r + 2], reply[r + 3] = 0, format('%.17g', startAt - now), 'wait'
+        r = r + 3
+      else
+        reply[r + 1] = 1
+        if startAt == now then reply[r + 2] = '' else reply[r + 2] = format('%.17g', startAt) end
+        r = r + 2
+        for i = 1, n do
+          r = r + 1
+          if num[b + 2 * i - 1] == false then
+            reply[r] = ''
+          else
+            local key = KEYS[k + i]
+            -- core/gcra.ts gcraTake: max(TAT, startAt) + cost·T
+            local tat = cur[i]
+            if startAt > tat then tat = startAt end
+            tat = tat + num[b + 2 * i]
+            local text = format('%.17g', tat)
+            reply[r] = text
+            tats[key] = tat
+            if texts[key] == nil then
+              nd = nd + 1
+              dirty[nd] = key
+            end
+            texts[key] = text
+            -- TTL (ms) until the TAT, at least 1 ms (and minTtl).
+            local ttl = ceil(tat - now) + 1
+            if ttl < minTtl then ttl = minTtl end
+            ttls[key] = ttl
+          end
+        end
+      end
+    end
   end
 end
-if maxWait >= 0 and startAt - now > maxWait then
-  return { 0, fmt(startAt - now), 'wait', fmt(now) }
+for j = 1, nd do
+  local key = dirty[j]
+  call('SET', key, texts[key], 'PX', ttls[key])
 end
-local reply = { 1, fmt(startAt), fmt(now) }
-for i = 1, n do
-  local mark = ''
-  if costs[i] ~= 0 then
-    local tat = tats[i]
-    if startAt > tat then tat = startAt end
-    tat = tat + costs[i] * T[i]
-    mark = fmt(tat)
-    local ttl = math.ceil(tat - now) + 1
-    if ttl < minTtl then ttl = minTtl end
-    redis.call('SET', KEYS[i], mark, 'PX', ttl)
-  end
-  reply[i + 3] = mark
-end
-reply[n + 4] = 0
 return reply
 `;
 

@@ -1,9 +1,10 @@
 import { createLimit } from '../core/create-limit.js';
+import { emissionIntervalMs } from '../core/gcra.js';
 import type { LimitSpec } from '../core/limit.js';
 import { StoreUnavailableError } from '../errors.js';
 import { integer, invalid, nonEmptyString, plainObject } from '../validate.js';
 import { algorithmCodes, claimRefund, learnedId, learnedSpecText, levelName } from './memory-store.js';
-import { AGAIN, CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
+import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
 import { DigestCache, digest, partitionTag, pauseChannel, scopePart } from './redis-keys.js';
 import {
   LEARN_LUA,
@@ -57,7 +58,19 @@ export interface RedisStoreOptions {
    * @default 1
    */
   minTtlMs?: number;
+  /**
+   * Send the decisions issued in the same tick (before Node runs I/O again) as one `EVALSHA` of a
+   * script that decides them in order, each atomically and all or nothing, and splits the reply back:
+   * fewer round trips and far less Redis time per decision under concurrency. Applies to calls
+   * whose levels are all token or leaky buckets; on a Redis Cluster client only calls of the same
+   * partition (one hash slot) share a batch. `false`: one `EVALSHA` per decision.
+   * @default true
+   */
+  batch?: boolean;
 }
+
+/** At most this many decisions per batch: bounds the time one script holds Redis (a few µs each). */
+const MAX_BATCH = 128;
 
 const scripts = {
   reserve: loadedScript('reserve', RESERVE_LUA),
@@ -73,6 +86,10 @@ const scripts = {
 interface LevelInfo {
   readonly suffix: string;
   readonly args: readonly string[];
+  /** The bucket script's arguments for the last cost seen (costs repeat): slackMs, stepMs. */
+  cost: number;
+  slackArg: string;
+  stepArg: string;
 }
 const levelInfo = new WeakMap<StoreLevel, LevelInfo>();
 function infoOf(level: StoreLevel): LevelInfo {
@@ -82,10 +99,43 @@ function infoOf(level: StoreLevel): LevelInfo {
     info = {
       suffix: digest(levelName(level)),
       args: [algorithmCodes[algorithm], String(limit), String(intervalMs), String(burst)],
+      cost: 0,
+      slackArg: '',
+      stepArg: '',
     };
     levelInfo.set(level, info);
   }
   return info;
+}
+
+/**
+ * The bucket script's two arguments for `cost` on a token or leaky bucket level, computed with the
+ * TypeScript core's own expressions (core/token-bucket.ts, leaky-bucket.ts, gcra.ts) so the script
+ * decides on the very doubles the core would: `String` prints the shortest decimal that reads back
+ * as the same double, and Lua's `tonumber` reads it back exactly.
+ */
+function setBucketArgs(info: LevelInfo, spec: StoreLevel['spec'], cost: number): void {
+  info.cost = cost;
+  if (cost === 0) {
+    // Not consulted.
+    info.slackArg = '';
+    info.stepArg = '';
+    return;
+  }
+  const tokenBucket = spec.algorithm === 'token-bucket';
+  if (cost > (tokenBucket ? spec.burst : spec.limit)) {
+    // Never conforms: refused as capacity.
+    info.slackArg = 'x';
+    info.stepArg = '';
+    return;
+  }
+  const emissionMs = emissionIntervalMs(spec.limit, spec.intervalMs);
+  // τ (ms): burst × T for the token bucket (a full bucket), cost × T for the leaky bucket.
+  const toleranceMs = tokenBucket ? spec.burst * emissionMs : cost * emissionMs;
+  // stepMs = cost (units) × T (ms/unit): how far a take moves the TAT; slackMs = τ - cost·T.
+  const stepMs = cost * emissionMs;
+  info.slackArg = String(toleranceMs - stepMs);
+  info.stepArg = String(stepMs);
 }
 
 /** Script arguments of one kind of call, with blanks for the per-call values (starting at `at`). */
@@ -97,6 +147,38 @@ interface CallShape {
   buckets: boolean;
   /** A concurrency level: the reservation id names its lease. */
   readonly leased: boolean;
+  /** The call's keys (levels' states, then meta hashes), its level and meta key counts as text. */
+  readonly keys: readonly string[];
+  readonly nArg: string;
+  readonly mArg: string;
+  /** The partition's hash tag: a Cluster batch holds calls of one tag only. */
+  readonly tag: string;
+}
+
+/** A bucket decision waiting for its batch (or sent alone). */
+interface Queued {
+  readonly shape: CallShape;
+  readonly nowArg: string;
+  /** `nowArg` as a number; NaN for Redis time. */
+  readonly nowMs: number;
+  readonly maxWaitMs: number;
+  readonly maxWaitArg: string;
+  readonly partition: string;
+  readonly costs: readonly number[];
+  readonly options: ReserveOptions | undefined;
+  readonly resolve: (decision: StoreDecision | Promise<StoreDecision>) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+const NO_LEARNED: StoreReservation['learned'] = Object.freeze([]);
+
+/** '0', '1', ... (class numbers, sent with every call of a batch). */
+const classNumbers: readonly string[] = Array.from({ length: MAX_BATCH + 1 }, (_, i) => String(i));
+
+function sameCosts(a: readonly number[], b: readonly number[]): boolean {
+  if (a === b) return true;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 const num = (value: unknown): number => (value === '-1' ? Infinity : Number(value));
@@ -122,6 +204,12 @@ export class RedisStore implements Store {
   private readonly digests = new DigestCache();
   private readonly listeners = new Set<(event: StorePauseEvent) => void>();
   private readonly shapes = new Map<string, CallShape>();
+  /** Batch concurrent bucket decisions (see `RedisStoreOptions.batch`). */
+  readonly batch: boolean;
+  /** Bucket decisions of this tick, sent when it ends. */
+  private queue: Queued[] = [];
+  /** A Cluster runs one script on one hash slot only: its batches are split by partition. */
+  private readonly cluster: boolean;
   private subscriber: RedisClient | undefined = undefined;
   private closed = false;
 
@@ -134,6 +222,7 @@ export class RedisStore implements Store {
       'concurrencyLeaseMs',
       'learnedTtlMs',
       'minTtlMs',
+      'batch',
     ];
     for (const key of Object.keys(o)) {
       if (!known.includes(key)) throw invalid(`redis.${key}`, `a known option (${known.join(', ')})`, o[key]);
@@ -149,6 +238,9 @@ export class RedisStore implements Store {
     );
     this.learnedTtlMs = integer('redis.learnedTtlMs', o['learnedTtlMs'] ?? 600_000, 1);
     this.minTtlMs = String(integer('redis.minTtlMs', o['minTtlMs'] ?? 1, 1));
+    const batch = o['batch'] ?? true;
+    if (typeof batch !== 'boolean') throw invalid('redis.batch', 'a boolean', batch);
+    this.batch = batch;
     const redis = o['redis'];
     if (typeof redis === 'string') {
       this.client = connectRedis(redis);
@@ -160,6 +252,7 @@ export class RedisStore implements Store {
       throw invalid('redis', 'an ioredis client or a redis:// URL', redis);
     }
     this.runner = new CommandRunner(this.client, this.commandTimeoutMs);
+    this.cluster = (this.client as { isCluster?: boolean }).isCluster === true;
     // A client we own reports errors through failed commands; without a listener ioredis logs them.
     if (this.ownsClient) this.client.on('error', () => {});
   }
@@ -258,6 +351,7 @@ export class RedisStore implements Store {
     const subscriber = this.subscriber;
     this.subscriber = undefined;
     subscriber?.disconnect();
+    this.flush();
     this.runner.abandon();
     if (this.ownsClient) {
       try {
@@ -293,7 +387,7 @@ export class RedisStore implements Store {
     const buckets = levels.every(
       (l) => l.spec.algorithm === 'token-bucket' || l.spec.algorithm === 'leaky-bucket',
     );
-    const template: (string | number)[] = [buckets ? scripts.reserveBuckets.sha : scripts.reserve.sha, 0];
+    const template: (string | number)[] = [scripts.reserve.sha, 0];
     for (let i = 0; i < n; i++) template.push(`${tag}:s:${infoOf(levels[i]!).suffix}`);
     if (scope !== '') template.push(`${tag}:m:-`);
     template.push(`${tag}:m:${scopeId}`);
@@ -318,7 +412,18 @@ export class RedisStore implements Store {
       template.push(args[0]!, args[1]!, args[2]!, args[3]!, '');
     }
     const leased = levels.some((l) => l.spec.algorithm === 'concurrency');
-    const shape: CallShape = { levels, template, at, buckets, leased };
+    const keys = template.slice(2, at) as string[];
+    const shape: CallShape = {
+      levels,
+      template,
+      at,
+      buckets,
+      leased,
+      keys,
+      nArg: String(n),
+      mArg: String(keys.length - n),
+      tag,
+    };
     // Bounded: a burst of new keys clears it (rebuilding a shape costs a few digests).
     if (this.shapes.size >= 10_000) this.shapes.clear();
     this.shapes.set(name, shape);
@@ -334,8 +439,184 @@ export class RedisStore implements Store {
     options: ReserveOptions | undefined,
   ): Promise<StoreDecision> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
+    const shape = this.shapeOf(partition, options?.scope ?? '', levels);
+    if (!shape.buckets) return this.reserveGeneral(shape, nowArg, partition, costs, maxWaitMs, options);
+    return new Promise<StoreDecision>((resolve, reject) => {
+      const queued: Queued = {
+        shape,
+        nowArg,
+        nowMs: nowArg === '' ? Number.NaN : Number(nowArg),
+        maxWaitMs,
+        // -1 means no bound; a deadline already past is a bound of 0.
+        maxWaitArg: Number.isFinite(maxWaitMs) ? String(Math.max(0, maxWaitMs)) : '-1',
+        partition,
+        costs,
+        options,
+        resolve,
+        reject,
+      };
+      if (!this.batch) {
+        this.send([queued]);
+        return;
+      }
+      // The first decision of the tick schedules the flush: after every microtask of this tick (so
+      // the answers of one reply, each issuing its next decision, land in one batch).
+      if (this.queue.length === 0) process.nextTick(this.flush);
+      this.queue.push(queued);
+    });
+  }
+
+  /** Send the queued decisions: one batch, or one per partition on a Cluster, at most MAX_BATCH each. */
+  private readonly flush = (): void => {
+    const queue = this.queue;
+    if (queue.length === 0) return;
+    this.queue = [];
+    if (this.closed) {
+      const error = new StoreUnavailableError('Redis store is closed');
+      for (const q of queue) q.reject(error);
+      return;
+    }
+    if (!this.cluster) {
+      for (let i = 0; i < queue.length; i += MAX_BATCH) this.send(queue.slice(i, i + MAX_BATCH));
+      return;
+    }
+    const byTag = new Map<string, Queued[]>();
+    for (const q of queue) {
+      const group = byTag.get(q.shape.tag);
+      if (group === undefined) byTag.set(q.shape.tag, [q]);
+      else group.push(q);
+    }
+    for (const group of byTag.values()) {
+      for (let i = 0; i < group.length; i += MAX_BATCH) this.send(group.slice(i, i + MAX_BATCH));
+    }
+  };
+
+  /** One EVALSHA of the bucket script for `batch`; its reply is split back into the decisions. */
+  private send(batch: readonly Queued[]): void {
+    const args = batch.length === 1 ? this.argsOfOne(batch[0]!) : this.argsOfBatch(batch);
+    this.runner.evalshaArgs(
+      scripts.reserveBuckets,
+      args,
+      (reply) => this.split(batch, reply as (string | number)[]),
+      (error) => {
+        // Rejecting a decision already answered does nothing: only the unanswered ones fail.
+        for (const q of batch) q.reject(error);
+      },
+    );
+  }
+
+  /** The bucket script's arguments for one call: one class, one call. */
+  private argsOfOne(q: Queued): (string | number)[] {
+    const { shape, costs } = q;
+    const keys = shape.keys;
+    const args: (string | number)[] = [scripts.reserveBuckets.sha, keys.length];
+    for (let i = 0; i < keys.length; i++) args.push(keys[i]!);
+    args.push(this.minTtlMs, '1', shape.nArg, shape.mArg);
+    this.pushLevelArgs(args, shape.levels, costs);
+    args.push('1', q.nowArg, q.maxWaitArg);
+    return args;
+  }
+
+  /** Each level's slackMs and stepMs for `costs`. */
+  private pushLevelArgs(
+    args: (string | number)[],
+    levels: readonly StoreLevel[],
+    costs: readonly number[],
+  ): void {
+    for (let i = 0; i < levels.length; i++) {
+      const level = levels[i]!;
+      const info = infoOf(level);
+      const cost = costs[i]!;
+      if (info.cost !== cost) setBucketArgs(info, level.spec, cost);
+      args.push(info.slackArg, info.stepArg);
+    }
+  }
+
+  /** The bucket script's arguments for a batch: calls of one shape and costs share a class. */
+  private argsOfBatch(batch: readonly Queued[]): (string | number)[] {
+    const args: (string | number)[] = [scripts.reserveBuckets.sha, 0];
+    const classArgs: (string | number)[] = [this.minTtlMs, ''];
+    const callArgs: string[] = [];
+    // The class last opened for each shape (a call with other costs opens another).
+    const lastClass = new Map<CallShape, number>();
+    const classes: Queued[] = [];
+    for (const q of batch) {
+      const { shape, costs } = q;
+      let c = lastClass.get(shape);
+      if (c === undefined || !sameCosts(classes[c]!.costs, costs)) {
+        c = classes.length;
+        lastClass.set(shape, c);
+        classes.push(q);
+        const keys = shape.keys;
+        for (let i = 0; i < keys.length; i++) args.push(keys[i]!);
+        classArgs.push(shape.nArg, shape.mArg);
+        this.pushLevelArgs(classArgs, shape.levels, costs);
+      }
+      callArgs.push(classNumbers[c + 1] ?? String(c + 1), q.nowArg, q.maxWaitArg);
+    }
+    args[1] = args.length - 2;
+    classArgs[1] = classNumbers[classes.length] ?? String(classes.length);
+    for (let i = 0; i < classArgs.length; i++) args.push(classArgs[i]!);
+    for (let i = 0; i < callArgs.length; i++) args.push(callArgs[i]!);
+    return args;
+  }
+
+  /** Answer each decision of `batch` from its part of the bucket script's reply. */
+  private split(batch: readonly Queued[], reply: readonly (string | number)[]): void {
+    // The server's clock: ms = s × 1000 + µs / 1000, as the script computes it.
+    const serverNow = reply[0] === '' ? Number.NaN : Number(reply[0]) * 1000 + Number(reply[1]) / 1000;
+    let r = 2;
+    for (const q of batch) {
+      const now = q.nowArg === '' ? serverNow : q.nowMs;
+      const kind = reply[r];
+      if (kind === 1) {
+        const levels = q.shape.levels;
+        const n = levels.length;
+        const startText = reply[r + 1];
+        const marks = reply.slice(r + 2, r + 2 + n) as string[];
+        r += 2 + n;
+        q.resolve({
+          ok: true,
+          startAt: startText === '' ? now : Number(startText),
+          serverNow: now,
+          id: `${idPrefix}.${++idCounter}`,
+          partition: q.partition,
+          scope: q.options?.scope ?? '',
+          levels,
+          costs: q.costs,
+          marks,
+          learned: NO_LEARNED,
+        });
+      } else if (kind === 0) {
+        q.resolve({
+          ok: false,
+          retryAfterMs: num(reply[r + 1]),
+          reason: reply[r + 2] as 'wait' | 'capacity',
+          serverNow: now,
+        });
+        r += 3;
+      } else if (kind === 2) {
+        // The scope has learned limits: the general script serves this shape from now on.
+        q.shape.buckets = false;
+        q.resolve(this.reserveGeneral(q.shape, q.nowArg, q.partition, q.costs, q.maxWaitMs, q.options));
+        r += 1;
+      } else {
+        throw new Error(`unexpected reply from the bucket script at ${r}: ${String(kind)}`);
+      }
+    }
+  }
+
+  /** One EVALSHA of the general script (any algorithm, learned limits). */
+  private reserveGeneral(
+    shape: CallShape,
+    nowArg: string,
+    partition: string,
+    costs: readonly number[],
+    maxWaitMs: number,
+    options: ReserveOptions | undefined,
+  ): Promise<StoreDecision> {
+    const levels = shape.levels;
     const scope = options?.scope ?? '';
-    const shape = this.shapeOf(partition, scope, levels);
     const args = shape.template.slice();
     const at = shape.at;
     const id = `${idPrefix}.${++idCounter}`;
@@ -351,14 +632,8 @@ export class RedisStore implements Store {
     }
     const n = levels.length;
     for (let i = 0; i < n; i++) args[at + 14 + i * 5] = String(costs[i]);
-    const parse = (value: unknown): StoreDecision | typeof AGAIN => {
+    const parse = (value: unknown): StoreDecision => {
       const reply = value as (string | number)[];
-      if (reply[0] === 2) {
-        // The scope has learned limits: the general script serves this shape from now on.
-        shape.buckets = false;
-        shape.template[0] = scripts.reserve.sha;
-        return AGAIN;
-      }
       if (reply[0] !== 1) {
         return {
           ok: false,
@@ -386,12 +661,9 @@ export class RedisStore implements Store {
         learned,
       };
     };
-    return this.runner.evalshaArgs(
-      shape.buckets ? scripts.reserveBuckets : scripts.reserve,
-      args,
-      parse,
-      scripts.reserve,
-    );
+    return new Promise((resolve, reject) => {
+      this.runner.evalshaArgs(scripts.reserve, args, (reply) => resolve(parse(reply)), reject);
+    });
   }
 
   private refundWith(nowArg: string, reservation: StoreReservation, which: 'all' | 'untimed'): Promise<void> {
