@@ -52,9 +52,9 @@ async function client(autoPipelining: boolean): Promise<{ client: Redis; count: 
 
 const never = { algorithm: 'token-bucket', limit: 1e9, intervalMs: 1000 } as const;
 
-async function tollgateStore(name: string, autoPipelining: boolean): Promise<Contender> {
+async function tollgateStore(name: string, autoPipelining: boolean, batch: boolean): Promise<Contender> {
   const c = await client(autoPipelining);
-  const store = new RedisStore({ redis: c.client, keyPrefix: `bench-${process.pid}` });
+  const store = new RedisStore({ redis: c.client, keyPrefix: `bench-${process.pid}`, batch });
   await store.preload();
   const levels: StoreLevel[] = [{ id: 'g0', spec: createLimit(never).spec }];
   const base = c.count();
@@ -124,6 +124,8 @@ async function bottleneck(): Promise<Contender> {
     commands: () => c.count() - base,
     close: async () => {
       await limiter.disconnect(false);
+      // A connection passed in is not closed with the limiter: its subscriber kept the process alive.
+      await connection.disconnect(false);
       c.client.disconnect();
     },
   };
@@ -244,12 +246,22 @@ export async function redisBench(): Promise<{ markdown: string }> {
 
   const contenders: { make: () => Promise<Contender | string>; sequential: boolean; open: boolean }[] = [
     {
-      make: () => tollgateStore('tollgate RedisStore, auto-pipelining', true),
+      make: () => tollgateStore('tollgate RedisStore, batched, auto-pipelining', true, true),
       sequential: false,
       open: true,
     },
     {
-      make: () => tollgateStore('tollgate RedisStore, no auto-pipelining', false),
+      make: () => tollgateStore('tollgate RedisStore, batched, no auto-pipelining', false, true),
+      sequential: false,
+      open: true,
+    },
+    {
+      make: () => tollgateStore('tollgate RedisStore, unbatched, auto-pipelining', true, false),
+      sequential: false,
+      open: true,
+    },
+    {
+      make: () => tollgateStore('tollgate RedisStore, unbatched, no auto-pipelining', false, false),
       sequential: true,
       open: true,
     },
