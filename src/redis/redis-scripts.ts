@@ -625,7 +625,8 @@ return reply
  *   call: its class (1-based), nowOverride ('' = TIME), maxWaitMs (-1 = none).
  * Reply: TIME's seconds and microseconds ('' '' when every call had a now override), then per call
  *   {1, startAt ('' = now), mark_1..mark_n} admitted, {0, waitMs (-1: unpredictable), reason}
- *   refused, or {2}: the scope has learned limits, nothing committed, run `RESERVE_LUA` instead.
+ *   refused, or {2}: not decided, nothing committed. The first call whose scope has learned limits
+ *   answers 2 (it needs `RESERVE_LUA`), and so does every call after it, to be run again in order.
  */
 export const RESERVE_BUCKETS_LUA = `
 -- Globals are looked up through a metatable function in Redis 7 scripts: read each one once.
@@ -663,96 +664,105 @@ local pauses, learned = {}, {}
 local tats, texts, ttls, dirty, cur = {}, {}, {}, {}, {}
 local nd = 0
 
+-- stop: a call met learned limits; it and every later call are left undecided (answered 2), so the
+-- client can run them again in their order.
+local stop = false
 for a = a, #ARGV - 1, 3 do
-  local c, override = tonumber(ARGV[a + 1]), ARGV[a + 2]
-  local k, n, m, b = ck[c], cn[c], cm[c], cb[c]
-  local now
-  if override ~= '' then
-    now = tonumber(override)
-  else
-    if clock == nil then
-      local t = call('TIME')
-      reply[1], reply[2] = t[1], t[2]
-      -- ms = s * 1000 + µs / 1000
-      clock = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-    end
-    now = clock
-  end
-  -- Nothing starts before the latest pause that holds this call (the partition's, then the scope's).
-  local from = now
-  for j = k + n + 1, k + n + m do
-    local key = KEYS[j]
-    local untilMs = pauses[key]
-    if untilMs == nil then
-      untilMs = false
-      local flat = call('HGETALL', key)
-      for f = 1, #flat, 2 do
-        if flat[f] == 'p' then untilMs = tonumber(flat[f + 1]) else learned[key] = true end
-      end
-      pauses[key] = untilMs
-    end
-    if untilMs and untilMs > from then from = untilMs end
-  end
-  if learned[KEYS[k + n + m]] then
+  if stop then
     r = r + 1
     reply[r] = 2
   else
-    local startAt = from
-    local capacity = false
-    for i = 1, n do
-      local slack = num[b + 2 * i - 1]
-      if slack == true then
-        capacity = true
-      elseif slack then
-        local key = KEYS[k + i]
-        local tat = tats[key]
-        if tat == nil then
-          tat = tonumber(call('GET', key) or '') or false
-          tats[key] = tat
-        end
-        tat = tat or now
-        cur[i] = tat
-        -- core/gcra.ts gcraEarliestAt: max(TAT - slack, from); no state is a TAT of now.
-        local atMs = tat - slack
-        if atMs < from then atMs = from end
-        if atMs > startAt then startAt = atMs end
-      end
-    end
-    if capacity then
-      reply[r + 1], reply[r + 2], reply[r + 3] = 0, '-1', 'capacity'
-      r = r + 3
+    local c, override = tonumber(ARGV[a + 1]), ARGV[a + 2]
+    local k, n, m, b = ck[c], cn[c], cm[c], cb[c]
+    local now
+    if override ~= '' then
+      now = tonumber(override)
     else
-      local maxWait = tonumber(ARGV[a + 3])
-      -- waitMs = startAt - now: how long the call would wait for its start.
-      if maxWait >= 0 and startAt - now > maxWait then
-        reply[r + 1], reply[r + 2], reply[r + 3] = 0, format('%.17g', startAt - now), 'wait'
+      if clock == nil then
+        local t = call('TIME')
+        reply[1], reply[2] = t[1], t[2]
+        -- ms = s * 1000 + µs / 1000
+        clock = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+      end
+      now = clock
+    end
+    -- Nothing starts before the latest pause that holds this call (the partition's, then the scope's).
+    local from = now
+    for j = k + n + 1, k + n + m do
+      local key = KEYS[j]
+      local untilMs = pauses[key]
+      if untilMs == nil then
+        untilMs = false
+        local flat = call('HGETALL', key)
+        for f = 1, #flat, 2 do
+          if flat[f] == 'p' then untilMs = tonumber(flat[f + 1]) else learned[key] = true end
+        end
+        pauses[key] = untilMs
+      end
+      if untilMs and untilMs > from then from = untilMs end
+    end
+    if learned[KEYS[k + n + m]] then
+      stop = true
+      r = r + 1
+      reply[r] = 2
+    else
+      local startAt = from
+      local capacity = false
+      for i = 1, n do
+        local slack = num[b + 2 * i - 1]
+        if slack == true then
+          capacity = true
+        elseif slack then
+          local key = KEYS[k + i]
+          local tat = tats[key]
+          if tat == nil then
+            tat = tonumber(call('GET', key) or '') or false
+            tats[key] = tat
+          end
+          tat = tat or now
+          cur[i] = tat
+          -- core/gcra.ts gcraEarliestAt: max(TAT - slack, from); no state is a TAT of now.
+          local atMs = tat - slack
+          if atMs < from then atMs = from end
+          if atMs > startAt then startAt = atMs end
+        end
+      end
+      if capacity then
+        reply[r + 1], reply[r + 2], reply[r + 3] = 0, '-1', 'capacity'
         r = r + 3
       else
-        reply[r + 1] = 1
-        if startAt == now then reply[r + 2] = '' else reply[r + 2] = format('%.17g', startAt) end
-        r = r + 2
-        for i = 1, n do
-          r = r + 1
-          if num[b + 2 * i - 1] == false then
-            reply[r] = ''
-          else
-            local key = KEYS[k + i]
-            -- core/gcra.ts gcraTake: max(TAT, startAt) + cost·T
-            local tat = cur[i]
-            if startAt > tat then tat = startAt end
-            tat = tat + num[b + 2 * i]
-            local text = format('%.17g', tat)
-            reply[r] = text
-            tats[key] = tat
-            if texts[key] == nil then
-              nd = nd + 1
-              dirty[nd] = key
+        local maxWait = tonumber(ARGV[a + 3])
+        -- waitMs = startAt - now: how long the call would wait for its start.
+        if maxWait >= 0 and startAt - now > maxWait then
+          reply[r + 1], reply[r + 2], reply[r + 3] = 0, format('%.17g', startAt - now), 'wait'
+          r = r + 3
+        else
+          reply[r + 1] = 1
+          if startAt == now then reply[r + 2] = '' else reply[r + 2] = format('%.17g', startAt) end
+          r = r + 2
+          for i = 1, n do
+            r = r + 1
+            if num[b + 2 * i - 1] == false then
+              reply[r] = ''
+            else
+              local key = KEYS[k + i]
+              -- core/gcra.ts gcraTake: max(TAT, startAt) + cost·T
+              local tat = cur[i]
+              if startAt > tat then tat = startAt end
+              tat = tat + num[b + 2 * i]
+              local text = format('%.17g', tat)
+              reply[r] = text
+              tats[key] = tat
+              if texts[key] == nil then
+                nd = nd + 1
+                dirty[nd] = key
+              end
+              texts[key] = text
+              -- TTL (ms) until the TAT, at least 1 ms (and minTtl).
+              local ttl = ceil(tat - now) + 1
+              if ttl < minTtl then ttl = minTtl end
+              ttls[key] = ttl
             end
-            texts[key] = text
-            -- TTL (ms) until the TAT, at least 1 ms (and minTtl).
-            local ttl = ceil(tat - now) + 1
-            if ttl < minTtl then ttl = minTtl end
-            ttls[key] = ttl
           end
         end
       end

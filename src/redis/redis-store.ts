@@ -566,6 +566,7 @@ export class RedisStore implements Store {
     // The server's clock: ms = s × 1000 + µs / 1000, as the script computes it.
     const serverNow = reply[0] === '' ? Number.NaN : Number(reply[0]) * 1000 + Number(reply[1]) / 1000;
     let r = 2;
+    let undecided: Queued[] | undefined;
     for (const q of batch) {
       const now = q.nowArg === '' ? serverNow : q.nowMs;
       const kind = reply[r];
@@ -596,14 +597,42 @@ export class RedisStore implements Store {
         });
         r += 3;
       } else if (kind === 2) {
-        // The scope has learned limits: the general script serves this shape from now on.
-        q.shape.buckets = false;
-        q.resolve(this.reserveGeneral(q.shape, q.nowArg, q.partition, q.costs, q.maxWaitMs, q.options));
+        if (undecided === undefined) {
+          // The first undecided call's scope has learned limits: the general script serves its
+          // shape from now on.
+          q.shape.buckets = false;
+          undecided = [];
+        }
+        undecided.push(q);
         r += 1;
       } else {
         throw new Error(`unexpected reply from the bucket script at ${r}: ${String(kind)}`);
       }
     }
+    if (undecided !== undefined) this.again(undecided);
+  }
+
+  /**
+   * Run undecided calls again, in their order (one connection answers in order): runs of bucket
+   * calls as batches, the others through the general script.
+   */
+  private again(calls: readonly Queued[]): void {
+    if (this.closed) {
+      const error = new StoreUnavailableError('Redis store is closed');
+      for (const q of calls) q.reject(error);
+      return;
+    }
+    let run: Queued[] = [];
+    for (const q of calls) {
+      if (q.shape.buckets) {
+        run.push(q);
+        continue;
+      }
+      if (run.length > 0) this.send(run);
+      run = [];
+      q.resolve(this.reserveGeneral(q.shape, q.nowArg, q.partition, q.costs, q.maxWaitMs, q.options));
+    }
+    if (run.length > 0) this.send(run);
   }
 
   /** One EVALSHA of the general script (any algorithm, learned limits). */

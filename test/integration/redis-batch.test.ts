@@ -1,0 +1,356 @@
+/**
+ * Batching of concurrent decisions: the bucket decisions a RedisStore receives in one tick go to
+ * Redis as one EVALSHA, and each caller gets its own answer, identical to what the TypeScript cores
+ * decide for the same calls one after another. A failing batch fails each of its decisions with the
+ * typed error; a batch reaching a server without the script loads it and runs again.
+ */
+import { execFileSync } from 'node:child_process';
+import fc from 'fast-check';
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createLimit } from '../../src/core/create-limit.js';
+import type { LimitSpec } from '../../src/core/limit.js';
+import { InvalidOptionError, StoreUnavailableError } from '../../src/errors.js';
+import { MemoryStore } from '../../src/redis/memory-store.js';
+import { RedisStore } from '../../src/redis/redis-store.js';
+import type { StoreDecision, StoreLevel } from '../../src/redis/store.js';
+import { DedicatedRedis, freePort, keysOfTag, REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
+
+const skip = await redisSkipReason();
+if (skip) console.log(`[redis batch] skipped (${skip})`);
+const prefix = `tollgate-batch-${process.pid}`;
+const T0 = 1_800_000_000_000;
+const level = (id: string, spec: LimitSpec): StoreLevel => ({ id, spec: createLimit(spec).spec });
+
+/** A decision without its per-store id, marks as numbers (JS and Lua print doubles differently). */
+function comparable(d: StoreDecision): unknown {
+  if (!d.ok) return d;
+  return {
+    startAt: d.startAt,
+    serverNow: d.serverNow,
+    marks: d.marks.map((m) => (m === '' ? '' : Number(m))),
+    learned: d.learned.map((l) => ({ cost: l.cost, mark: l.mark === '' ? '' : Number(l.mark) })),
+  };
+}
+
+function hasRedisServer(): boolean {
+  try {
+    execFileSync('redis-server', ['--version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () => {
+  const admin = skip ? undefined : new Redis(REDIS_URL);
+  const stores: RedisStore[] = [];
+  const make = (options: { batch?: boolean; redis?: Redis | string } = {}) => {
+    const store = new RedisStore({ redis: REDIS_URL, keyPrefix: prefix, minTtlMs: 600_000, ...options });
+    stores.push(store);
+    return store;
+  };
+  afterAll(async () => {
+    for (const store of stores) await store.close();
+    if (admin === undefined) return;
+    const keys = await keysOfTag(admin, `{${prefix}:*`);
+    if (keys.length > 0) await admin.del(...keys);
+    admin.disconnect();
+  });
+  let serial = 0;
+  const fresh = () => `batch-${Date.now()}-${serial++}`;
+
+  const tb = level('tb', { algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 3 });
+  const lb = level('lb', { algorithm: 'leaky-bucket', limit: 4, intervalMs: 1000 });
+  const other = level('other', { algorithm: 'token-bucket', limit: 2, intervalMs: 500 });
+
+  it('one tick of decisions is one EVALSHA, and each answer is what the cores decide in order', async () => {
+    const store = make();
+    // Loaded before: a server that never ran the script answers the first batch NOSCRIPT (3 commands).
+    await store.preload();
+    const memory = new MemoryStore();
+    const [p, q] = [fresh(), fresh()];
+    // Two partitions, two shapes, costs that differ, a level not consulted (cost 0), a deadline that
+    // refuses, a cost above capacity, and a scope.
+    const calls: [string, StoreLevel[], number[], number, string][] = [
+      [p, [tb, lb], [1, 1], 10_000, ''],
+      [p, [tb, lb], [1, 1], 10_000, ''],
+      [p, [tb, lb], [2, 0], 10_000, ''],
+      [q, [other], [1], 0, 's1'],
+      [p, [tb, lb], [1, 1], 0, ''],
+      [p, [tb, lb], [4, 1], 10_000, ''],
+      [q, [other], [1], 0, 's1'],
+      [q, [other], [1], 0, 's1'],
+      [p, [tb, lb], [0, 2], Infinity, ''],
+    ];
+    const before = store.commandsSent;
+    const now = T0 + 0.25;
+    const answers = await Promise.all(
+      calls.map(([partition, levels, costs, maxWaitMs, scope]) =>
+        store.reserveAt(partition, levels, costs, maxWaitMs, now, { scope }),
+      ),
+    );
+    expect(store.commandsSent - before).toBe(1);
+    const expected = calls.map(([partition, levels, costs, maxWaitMs, scope]) =>
+      memory.reserveAt(partition, levels, costs, maxWaitMs, now, { scope }),
+    );
+    expect(answers.map(comparable)).toEqual(expected.map(comparable));
+    // Every kind of answer came back through the split.
+    expect(answers.map((a) => (a.ok ? (a.startAt > now ? 'later' : 'now') : a.reason))).toEqual([
+      'now',
+      'later',
+      'later',
+      'now',
+      'wait',
+      'capacity',
+      'now',
+      'wait',
+      'later',
+    ]);
+    // Each reservation refunds on its own: the latest take of each level gives its slot back.
+    const last = answers[8]!;
+    if (!last.ok) throw new Error('expected a reservation');
+    await store.refundAt(last, now);
+    memory.refundAt(expected[8] as never, now);
+    const again = await store.reserveAt(p, [tb, lb], [0, 2], Infinity, now);
+    expect(comparable(again)).toEqual(comparable(memory.reserveAt(p, [tb, lb], [0, 2], Infinity, now)));
+  });
+
+  it('batched decisions at Redis time share one server clock reading, and each has its own id', async () => {
+    const store = make();
+    const p = fresh();
+    const answers = await Promise.all(Array.from({ length: 5 }, () => store.reserve(p, [tb], [1], 10_000)));
+    const nows = new Set(answers.map((a) => a.serverNow));
+    expect(nows.size).toBe(1);
+    const ids = answers.map((a) => (a.ok ? a.id : ''));
+    expect(new Set(ids).size).toBe(5);
+    // The burst of 3 at once, then one every 100 ms.
+    const starts = answers.map((a) => (a.ok ? a.startAt - a.serverNow : -1));
+    expect(starts.slice(0, 3)).toEqual([0, 0, 0]);
+    expect(starts[3]).toBeCloseTo(100, 6);
+    expect(starts[4]).toBeCloseTo(200, 6);
+  });
+
+  it('random batches decide exactly as the cores do one by one', async () => {
+    const store = make();
+    const specArb: fc.Arbitrary<LimitSpec> = fc.oneof(
+      fc
+        .record({
+          limit: fc.integer({ min: 1, max: 20 }),
+          intervalMs: fc.constantFrom(1000, 60_000, 333.3, 7, 2500.5),
+          burst: fc.integer({ min: 1, max: 25 }),
+        })
+        .map((r) => ({ algorithm: 'token-bucket' as const, ...r })),
+      fc
+        .record({ limit: fc.integer({ min: 1, max: 20 }), intervalMs: fc.constantFrom(1000, 333.3, 7) })
+        .map((r) => ({ algorithm: 'leaky-bucket' as const, ...r })),
+    );
+    const costArb = fc.oneof(fc.integer({ min: 0, max: 6 }), fc.constantFrom(0.5, 1.5));
+    const callArb = fc.record({
+      shape: fc.nat(),
+      costs: fc.array(costArb, { minLength: 3, maxLength: 3 }),
+      maxWaitMs: fc.constantFrom(0, 50, 1000, Infinity),
+    });
+    const workloadArb = fc.record({
+      specs: fc.array(specArb, { minLength: 3, maxLength: 3 }),
+      start: fc.integer({ min: 0, max: 10_000_000 }).map((n) => T0 + n / 4),
+      ticks: fc.array(
+        fc.record({
+          dtMs: fc.integer({ min: 0, max: 400 }).map((ms) => ms + 1 / 3),
+          calls: fc.array(callArb, { minLength: 1, maxLength: 12 }),
+        }),
+        { minLength: 1, maxLength: 6 },
+      ),
+    });
+    await fc.assert(
+      fc.asyncProperty(workloadArb, async ({ specs, start, ticks }) => {
+        const memory = new MemoryStore();
+        const levels = specs.map((spec, i) => level(`l${i}`, spec));
+        // Shapes over shared levels, in two partitions: later calls see earlier takes of the batch.
+        const shapes: [string, StoreLevel[]][] = [
+          ['a', [levels[0]!, levels[1]!]],
+          ['a', [levels[1]!, levels[2]!]],
+          ['a', [levels[0]!]],
+          ['b', [levels[0]!, levels[2]!]],
+        ];
+        const run = fresh();
+        let now = start;
+        for (const tick of ticks) {
+          now += tick.dtMs;
+          const calls = tick.calls.map((c) => {
+            const [partition, shapeLevels] = shapes[c.shape % shapes.length]!;
+            return {
+              partition: `${run}-${partition}`,
+              shapeLevels,
+              costs: c.costs.slice(0, shapeLevels.length),
+              c,
+            };
+          });
+          const answers = await Promise.all(
+            calls.map(({ partition, shapeLevels, costs, c }) =>
+              store.reserveAt(partition, shapeLevels, costs, c.maxWaitMs, now),
+            ),
+          );
+          const expected = calls.map(({ partition, shapeLevels, costs, c }) =>
+            memory.reserveAt(partition, shapeLevels, costs, c.maxWaitMs, now),
+          );
+          expect(answers.map(comparable)).toEqual(expected.map(comparable));
+        }
+      }),
+      { numRuns: 150 },
+    );
+  }, 60_000);
+
+  it('a scope with learned limits leaves the batch for the general script, with the same answers', async () => {
+    const store = make();
+    const memory = new MemoryStore();
+    const p = fresh();
+    const learned = { algorithm: 'sliding-log' as const, limit: 3, intervalMs: 2000, unit: 'tokens' };
+    await store.learnAt(p, learned, T0, { scope: 's' });
+    memory.learnAt(p, learned, T0, { scope: 's' });
+    const now = T0 + 10;
+    const calls: [string, number][] = [
+      ['s', 1],
+      ['', 1],
+      ['s', 2],
+      ['s', 1],
+    ];
+    const answers = await Promise.all(
+      calls.map(([scope, tokens]) =>
+        store.reserveAt(p, [tb], [1], 10_000, now, { scope, units: { tokens } }),
+      ),
+    );
+    const expected = calls.map(([scope, tokens]) =>
+      memory.reserveAt(p, [tb], [1], 10_000, now, { scope, units: { tokens } }),
+    );
+    expect(answers.map(comparable)).toEqual(expected.map(comparable));
+    expect(answers.map((a) => (a.ok ? a.learned.length : -1))).toEqual([1, 0, 1, 1]);
+  });
+
+  it('batch: false sends one EVALSHA per decision, with the same answers', async () => {
+    const batched = make();
+    const single = make({ batch: false });
+    await single.preload();
+    const [p, q] = [fresh(), fresh()];
+    const now = T0 + 3;
+    const run = (store: RedisStore, partition: string) =>
+      Promise.all(Array.from({ length: 6 }, () => store.reserveAt(partition, [tb, lb], [1, 1], 10_000, now)));
+    const before = single.commandsSent;
+    const a = await run(single, p);
+    expect(single.commandsSent - before).toBe(6);
+    const b = await run(batched, q);
+    expect(a.map(comparable)).toEqual(b.map(comparable));
+  });
+
+  it('on a Cluster client, a batch holds the decisions of one partition (one hash slot) only', async () => {
+    const client = new Redis(REDIS_URL);
+    // The store only asks whether the client is a Cluster; the keys of one partition share a slot.
+    (client as unknown as { isCluster: boolean }).isCluster = true;
+    const store = make({ redis: client });
+    await store.preload();
+    const partitions = [fresh(), fresh(), fresh()];
+    const before = store.commandsSent;
+    const answers = await Promise.all(
+      Array.from({ length: 9 }, (_, i) => store.reserveAt(partitions[i % 3]!, [tb], [1], 10_000, T0)),
+    );
+    expect(store.commandsSent - before).toBe(3);
+    expect(answers.every((a) => a.ok)).toBe(true);
+    await store.close();
+    client.disconnect();
+  });
+
+  it('a failing batch rejects each of its decisions with StoreUnavailableError', async () => {
+    const client = new Redis(REDIS_URL);
+    const call = client.call.bind(client) as (command: string, args: unknown[]) => Promise<unknown>;
+    let failNext = true;
+    (client as unknown as { call: typeof call }).call = (command, args) => {
+      if (command === 'EVALSHA' && failNext) {
+        failNext = false;
+        return Promise.reject(new Error('ERR simulated failure'));
+      }
+      return call(command, args);
+    };
+    const store = make({ redis: client });
+    const p = fresh();
+    const settled = await Promise.allSettled(
+      Array.from({ length: 4 }, () => store.reserveAt(p, [tb], [1], 10_000, T0)),
+    );
+    expect(settled.map((s) => s.status)).toEqual(['rejected', 'rejected', 'rejected', 'rejected']);
+    for (const s of settled) {
+      const error = (s as PromiseRejectedResult).reason as StoreUnavailableError;
+      expect(error).toBeInstanceOf(StoreUnavailableError);
+      expect(error.message).toMatch(/simulated failure/);
+    }
+    // Nothing was committed: the next batch finds the bucket full.
+    const next = await Promise.all(Array.from({ length: 3 }, () => store.reserveAt(p, [tb], [1], 0, T0)));
+    expect(next.every((d) => d.ok && d.startAt === T0)).toBe(true);
+    await store.close();
+    client.disconnect();
+  });
+
+  it('a reply that does not match its batch rejects each undecided decision', async () => {
+    const client = new Redis(REDIS_URL);
+    const call = client.call.bind(client) as (command: string, args: unknown[]) => Promise<unknown>;
+    (client as unknown as { call: typeof call }).call = async (command, args) => {
+      const reply = await call(command, args);
+      // Keep the clock and the first answer, drop the rest.
+      return command === 'EVALSHA' ? (reply as unknown[]).slice(0, 5).concat(['junk']) : reply;
+    };
+    const store = make({ redis: client });
+    const settled = await Promise.allSettled(
+      Array.from({ length: 3 }, () => store.reserveAt(fresh(), [tb], [1], 10_000, T0)),
+    );
+    expect(settled.map((s) => s.status)).toEqual(['fulfilled', 'rejected', 'rejected']);
+    expect((settled[1] as PromiseRejectedResult).reason).toBeInstanceOf(StoreUnavailableError);
+    await store.close();
+    client.disconnect();
+  });
+
+  it('decisions queued when the store closes are rejected', async () => {
+    const store = make();
+    const pending = Promise.allSettled([
+      store.reserve(fresh(), [tb], [1], 0),
+      store.reserve(fresh(), [tb], [1], 0),
+    ]);
+    await store.close();
+    const settled = await pending;
+    for (const s of settled) {
+      expect(s.status).toBe('rejected');
+      expect((s as PromiseRejectedResult).reason).toBeInstanceOf(StoreUnavailableError);
+    }
+  });
+
+  it('refuses a batch option that is not a boolean', () => {
+    let error: unknown;
+    try {
+      new RedisStore({ redis: REDIS_URL, batch: 'yes' as never });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(InvalidOptionError);
+    expect((error as InvalidOptionError).option).toBe('redis.batch');
+  });
+
+  it.skipIf(!hasRedisServer())(
+    'a batch reaching a server without the script loads it and runs again',
+    async () => {
+      const server = new DedicatedRedis(await freePort());
+      await server.start();
+      try {
+        const store = make({ redis: server.url });
+        const p = fresh();
+        const memory = new MemoryStore();
+        const answers = await Promise.all(
+          Array.from({ length: 5 }, () => store.reserveAt(p, [tb, lb], [1, 1], 10_000, T0)),
+        );
+        // EVALSHA (NOSCRIPT), SCRIPT LOAD, EVALSHA.
+        expect(store.commandsSent).toBe(3);
+        const expected = Array.from({ length: 5 }, () => memory.reserveAt(p, [tb, lb], [1, 1], 10_000, T0));
+        expect(answers.map(comparable)).toEqual(expected.map(comparable));
+        await store.close();
+      } finally {
+        await server.stop();
+      }
+    },
+  );
+});
