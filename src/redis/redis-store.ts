@@ -187,10 +187,12 @@ let idCounter = 0;
 const idPrefix = digest(`${process.pid}:${Math.random()}:${Date.now()}`).slice(0, 8);
 
 /**
- * The Redis store: every decision is one `EVALSHA` of a Lua script that reads Redis server time,
- * checks and commits all levels atomically, and sets TTLs so idle state disappears (see
- * `redis-scripts.ts` for the scripts, `redis-keys.ts` for the key layout). Answers with promises; a
- * failure or a command slower than `commandTimeoutMs` rejects with `StoreUnavailableError`.
+ * The Redis store: every decision runs in a Lua script that reads Redis server time, checks and
+ * commits all levels atomically, and sets TTLs so idle state disappears (see `redis-scripts.ts` for
+ * the scripts, `redis-keys.ts` for the key layout). One `EVALSHA` per decision, or one per batch of
+ * the bucket decisions issued in the same tick (`batch`). Answers with promises; a failure or a
+ * command slower than `commandTimeoutMs` rejects each decision it carried with
+ * `StoreUnavailableError`.
  */
 export class RedisStore implements Store {
   readonly keyPrefix: string;
