@@ -29,14 +29,16 @@ function loadIoredis(): RedisConstructor {
 }
 
 /**
- * A client for `url` with tollgate's defaults: auto-pipelining (concurrent decisions share writes),
- * an offline queue so calls made while connecting wait for the connection, and quick reconnects
- * (50 ms, growing to 1 s) so an outage ends as soon as Redis answers again.
+ * A client for `url` with tollgate's defaults: no auto-pipelining (the store batches concurrent
+ * decisions itself, one EVALSHA per tick; ioredis's auto-pipelining on top measured slower, with a
+ * longer tail, in bench/redis.ts), an offline queue so calls made while connecting wait for the
+ * connection, and quick reconnects (50 ms, growing to 1 s) so an outage ends as soon as Redis
+ * answers again.
  */
 export function connectRedis(url: string): Redis {
   const Ctor = loadIoredis();
   return new Ctor(url, {
-    enableAutoPipelining: true,
+    enableAutoPipelining: false,
     maxRetriesPerRequest: 1,
     retryStrategy: (times: number) => Math.min(times * 50, 1000),
     // The store's own command timeout decides when Redis is "down"; keep ioredis from logging.
