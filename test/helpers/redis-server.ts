@@ -4,9 +4,10 @@
  *
  * A suite skips (visibly) only when no server answers and `CI` is not 'true': in CI it must run.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
+import type { StoreDecision } from '../../src/redis/store.js';
 
 export const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 
@@ -96,4 +97,26 @@ export async function keysOfTag(client: Redis, pattern: string): Promise<string[
     keys.push(...batch);
   } while (cursor !== '0');
   return keys;
+}
+
+/** True when a `redis-server` binary is installed (tests that start their own server need it). */
+export function hasRedisServer(): boolean {
+  try {
+    execFileSync('redis-server', ['--version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A decision without its per-store id, marks as numbers (JS and Lua print doubles differently). */
+export function comparable(d: StoreDecision): unknown {
+  if (!d.ok) return d;
+  return {
+    startAt: d.startAt,
+    serverNow: d.serverNow,
+    marks: d.marks.map((m) => (m === '' ? '' : Number(m))),
+    // Learned ids are store-specific names (Redis hashes them).
+    learned: d.learned.map((l) => ({ cost: l.cost, mark: l.mark === '' ? '' : Number(l.mark) })),
+  };
 }

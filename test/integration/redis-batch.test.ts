@@ -4,7 +4,6 @@
  * decide for the same calls one after another. A failing batch fails each of its decisions with the
  * typed error; a batch reaching a server without the script loads it and runs again.
  */
-import { execFileSync } from 'node:child_process';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -13,34 +12,22 @@ import type { LimitSpec } from '../../src/core/limit.js';
 import { InvalidOptionError, StoreUnavailableError } from '../../src/errors.js';
 import { MemoryStore } from '../../src/redis/memory-store.js';
 import { RedisStore } from '../../src/redis/redis-store.js';
-import type { StoreDecision, StoreLevel } from '../../src/redis/store.js';
-import { DedicatedRedis, freePort, keysOfTag, REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
+import type { StoreLevel } from '../../src/redis/store.js';
+import {
+  comparable,
+  DedicatedRedis,
+  freePort,
+  hasRedisServer,
+  keysOfTag,
+  REDIS_URL,
+  redisSkipReason,
+} from '../helpers/redis-server.js';
 
 const skip = await redisSkipReason();
 if (skip) console.log(`[redis batch] skipped (${skip})`);
 const prefix = `tollgate-batch-${process.pid}`;
 const T0 = 1_800_000_000_000;
 const level = (id: string, spec: LimitSpec): StoreLevel => ({ id, spec: createLimit(spec).spec });
-
-/** A decision without its per-store id, marks as numbers (JS and Lua print doubles differently). */
-function comparable(d: StoreDecision): unknown {
-  if (!d.ok) return d;
-  return {
-    startAt: d.startAt,
-    serverNow: d.serverNow,
-    marks: d.marks.map((m) => (m === '' ? '' : Number(m))),
-    learned: d.learned.map((l) => ({ cost: l.cost, mark: l.mark === '' ? '' : Number(l.mark) })),
-  };
-}
-
-function hasRedisServer(): boolean {
-  try {
-    execFileSync('redis-server', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () => {
   const admin = skip ? undefined : new Redis(REDIS_URL);

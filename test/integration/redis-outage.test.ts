@@ -3,22 +3,12 @@
  * and started again; each failure policy must behave as promised, every call must settle, and the
  * gate must come back to Redis by itself. A slow Redis (CLIENT PAUSE) must trip commandTimeoutMs.
  */
-import { execFileSync } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { StoreUnavailableError } from '../../src/errors.js';
 import { createSharedGate } from '../../src/redis/shared-gate.js';
 import type { FailurePolicy } from '../../src/redis/shared-gate-options.js';
-import { DedicatedRedis, freePort, keysOfTag } from '../helpers/redis-server.js';
-
-function hasRedisServer(): boolean {
-  try {
-    execFileSync('redis-server', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
+import { DedicatedRedis, freePort, hasRedisServer, keysOfTag } from '../helpers/redis-server.js';
 
 const skip =
   hasRedisServer() || process.env['CI'] === 'true'

@@ -11,8 +11,8 @@ import { createLimit } from '../../src/core/create-limit.js';
 import type { LimitSpec } from '../../src/core/limit.js';
 import { MemoryStore } from '../../src/redis/memory-store.js';
 import { RedisStore } from '../../src/redis/redis-store.js';
-import type { StoreDecision, StoreLevel, StoreReservation } from '../../src/redis/store.js';
-import { keysOfTag, REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
+import type { StoreLevel, StoreReservation } from '../../src/redis/store.js';
+import { comparable, keysOfTag, REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
 
 const skip = await redisSkipReason();
 if (skip) console.log(`[redis parity] skipped (${skip})`);
@@ -81,18 +81,6 @@ const workloadArb = fc.array(specArb, { minLength: 1, maxLength: 3 }).chain((spe
     ops: fc.array(opArb(specs.length), { minLength: 5, maxLength: 40 }),
   }),
 );
-
-/** A decision without its per-store id, marks as numbers (JS and Lua print doubles differently). */
-function comparable(d: StoreDecision): unknown {
-  if (!d.ok) return d;
-  return {
-    startAt: d.startAt,
-    serverNow: d.serverNow,
-    marks: d.marks.map((m) => (m === '' ? '' : Number(m))),
-    // Learned ids are store-specific names (Redis hashes them).
-    learned: d.learned.map((l) => ({ cost: l.cost, mark: l.mark === '' ? '' : Number(l.mark) })),
-  };
-}
 
 describe.skipIf(skip !== false)('Redis scripts make the same decisions as the TypeScript cores', () => {
   const admin = skip ? undefined : new Redis(REDIS_URL);
