@@ -7,7 +7,7 @@ import { asyncLedger } from '../../src/redis/async-ledger.js';
 import { MemoryStore } from '../../src/redis/memory-store.js';
 import { RedisLedger } from '../../src/redis/redis-ledger.js';
 import { createSharedGate } from '../../src/redis/shared-gate.js';
-import { asyncLedgerContract } from '../helpers/redis-ledger-contract.js';
+import { asyncLedgerContract } from '../helpers/budget-ledger-contract.js';
 import { keysOfTag, REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
 
 const skip = await redisSkipReason();
