@@ -58,7 +58,6 @@ import type { HeadersLike } from '../headers/headers-like.js';
 import { invalid } from '../validate.js';
 import {
   type ActualCost,
-  applyRequestOptions,
   checkErrorBody,
   checkGate,
   checkOptions,
@@ -67,12 +66,13 @@ import {
   type ErrorBodyOptions,
   type GateLike,
   isJsonContentType,
-  mergeRequestOptions,
   type NormalizedErrorBody,
   optionalFn,
   parseJson,
   priceOrUndefined,
+  type RequestHooks,
   safely,
+  scheduleOptionsOf,
   type TollgateRequestOptions,
 } from './request-options.js';
 
@@ -184,6 +184,11 @@ export function throttleAxios(
   );
   const actualCostHook = optionalFn<ResponseHook<ActualCost | undefined>>('actualCost', o['actualCost']);
   const price = checkPrice<ConfigHook<number | undefined>, ResponseHook<number | undefined>>(o['price']);
+  const hooks: RequestHooks<InternalAxiosRequestConfig> = {
+    key: keyHook ?? originOfConfig,
+    requestOptions: requestOptionsHook,
+    estimate: price.estimate,
+  };
   const errorBody = checkErrorBody(o['errorBody']);
   const registration = {};
 
@@ -197,21 +202,10 @@ export function throttleAxios(
 
   const run = (config: InternalAxiosRequestConfig, setting: AdapterSetting): Promise<AxiosResponse> => {
     let inner: AxiosAdapter;
-    const scheduleOptions: ScheduleOptions = {};
+    let scheduleOptions: ScheduleOptions;
     try {
       inner = resolveAdapter(setting, config);
-      applyRequestOptions(
-        scheduleOptions,
-        mergeRequestOptions(requestOptionsHook?.(config), config.tollgate, 'config.tollgate'),
-      );
-      if (scheduleOptions.key === undefined) {
-        const key = keyHook === undefined ? originOfConfig(config) : keyHook(config);
-        if (key !== undefined) scheduleOptions.key = key;
-      }
-      if (scheduleOptions.priceMicros === undefined && price.estimate !== undefined) {
-        const estimate = price.estimate(config);
-        if (estimate !== undefined) scheduleOptions.priceMicros = estimate;
-      }
+      scheduleOptions = scheduleOptionsOf(hooks, config, config.tollgate, 'config.tollgate');
     } catch (error) {
       return Promise.reject(error);
     }

@@ -24,7 +24,6 @@
 import type { Inspection, ScheduleOptions } from '../gate/gate.js';
 import {
   type ActualCost,
-  applyRequestOptions,
   checkErrorBody,
   checkGate,
   checkOptions,
@@ -33,12 +32,13 @@ import {
   type ErrorBodyOptions,
   type GateLike,
   isJsonContentType,
-  mergeRequestOptions,
   type NormalizedErrorBody,
   optionalFn,
   parseJson,
   priceOrUndefined,
+  type RequestHooks,
   safely,
+  scheduleOptionsOf,
   type TollgateRequestOptions,
 } from './request-options.js';
 
@@ -104,6 +104,14 @@ const knownOptions = ['fetch', 'key', 'requestOptions', 'actualCost', 'price', '
 
 type RequestHook<T> = (request: Request, init: RequestInit | undefined) => T;
 
+/** One call, as the hooks see it: `view()` builds the body-less Request view once, and only if a hook asks. */
+interface FetchCall {
+  readonly input: RequestInfo | URL;
+  /** `init` without `tollgate`. */
+  readonly init: RequestInit | undefined;
+  view(): Request;
+}
+
 /**
  * A `fetch` with the exact signature of `fetch` whose calls go through `gate`. Options are
  * validated here (`InvalidOptionError` naming the option).
@@ -132,6 +140,17 @@ export function wrapFetch(gate: GateLike, options?: WrapFetchOptions): typeof fe
   >(o['price']);
   const errorBody = checkErrorBody(o['errorBody']);
   const observesBody = actualCostHook !== undefined || price.actual !== undefined;
+  const estimateHook = price.estimate;
+  // The hooks take (request view, init); the default key needs neither the view nor init.
+  const hooks: RequestHooks<FetchCall> = {
+    key:
+      keyHook === undefined
+        ? (call) => originOf(urlOf(call.input))
+        : (call) => keyHook(call.view(), call.init),
+    requestOptions:
+      requestOptionsHook === undefined ? undefined : (call) => requestOptionsHook(call.view(), call.init),
+    estimate: estimateHook === undefined ? undefined : (call) => estimateHook(call.view(), call.init),
+  };
 
   const throttledFetch = (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
     let forwardInit = init;
@@ -149,30 +168,21 @@ export function wrapFetch(gate: GateLike, options?: WrapFetchOptions): typeof fe
     const cloneEachAttempt = request !== undefined && initBody == null && request.body != null;
     // A stream can be read once: a second attempt would send nothing (or throw).
     const retryable = !isStreamBody(initBody);
-    const scheduleOptions: ScheduleOptions = {};
+    let scheduleOptions: ScheduleOptions;
     try {
       let view: Request | undefined;
-      const requestView = (): Request => {
-        view ??= new Request(urlOf(input), {
-          method,
-          headers: (forwardInit?.headers ?? request?.headers) as HeadersInit | undefined,
-        } as RequestInit);
-        return view;
+      const call: FetchCall = {
+        input,
+        init: forwardInit,
+        view: () => {
+          view ??= new Request(urlOf(input), {
+            method,
+            headers: (forwardInit?.headers ?? request?.headers) as HeadersInit | undefined,
+          } as RequestInit);
+          return view;
+        },
       };
-      const merged = mergeRequestOptions(
-        requestOptionsHook?.(requestView(), forwardInit),
-        own,
-        'init.tollgate',
-      );
-      applyRequestOptions(scheduleOptions, merged);
-      if (scheduleOptions.key === undefined) {
-        const key = keyHook === undefined ? originOf(urlOf(input)) : keyHook(requestView(), forwardInit);
-        if (key !== undefined) scheduleOptions.key = key;
-      }
-      if (scheduleOptions.priceMicros === undefined && price.estimate !== undefined) {
-        const estimate = price.estimate(requestView(), forwardInit);
-        if (estimate !== undefined) scheduleOptions.priceMicros = estimate;
-      }
+      scheduleOptions = scheduleOptionsOf(hooks, call, own, 'init.tollgate');
     } catch (error) {
       return Promise.reject(error);
     }

@@ -119,12 +119,53 @@ export function checkErrorBody(value: unknown): NormalizedErrorBody | undefined 
 }
 
 /**
+ * The adapter's hooks that shape a request's schedule options, each called with the client's own
+ * view of the request (a fetch call, an axios config, undici's dispatch options).
+ */
+export interface RequestHooks<R> {
+  /** The adapter's `key` option, or (without one) the request's origin. Not called when the request's options name a key. */
+  readonly key: (request: R) => string | undefined;
+  /** The adapter's `requestOptions` option. */
+  readonly requestOptions: ((request: R) => TollgateRequestOptions | undefined) | undefined;
+  /** The adapter's `price.estimate` option. Not called when the request's options give `priceMicros`. */
+  readonly estimate: ((request: R) => number | undefined) | undefined;
+}
+
+/**
+ * The gate's schedule options for one request, all but `signal` and `inspect` (which only the
+ * client can supply). Precedence, highest first:
+ * - the request's own options (`own`, e.g. `init.tollgate`), field by field;
+ * - the `requestOptions` hook's answer;
+ * - for `key`, the `key` hook (by default the origin); for `priceMicros`, the `estimate` hook.
+ * Hooks run in that order, each at most once. Throws `InvalidOptionError` for unknown per-request
+ * options (and whatever a hook throws): the adapter refuses the request, unsent.
+ */
+export function scheduleOptionsOf<R>(
+  hooks: RequestHooks<R>,
+  request: R,
+  own: TollgateRequestOptions | undefined,
+  where: string,
+): ScheduleOptions {
+  const scheduleOptions: ScheduleOptions = {};
+  applyRequestOptions(scheduleOptions, mergeRequestOptions(hooks.requestOptions?.(request), own, where));
+  if (scheduleOptions.key === undefined) {
+    const key = hooks.key(request);
+    if (key !== undefined) scheduleOptions.key = key;
+  }
+  if (scheduleOptions.priceMicros === undefined && hooks.estimate !== undefined) {
+    const estimate = hooks.estimate(request);
+    if (estimate !== undefined) scheduleOptions.priceMicros = estimate;
+  }
+  return scheduleOptions;
+}
+
+/**
  * The schedule options of one request: the adapter-level function's answer, overridden field by
  * field by the request's own options. Unknown fields are a mistake worth reporting (a misspelled
  * `prority` would silently do nothing): the request is refused with `InvalidOptionError`, never sent.
  * Values themselves are checked by `gate.schedule`.
  */
-export function mergeRequestOptions(
+function mergeRequestOptions(
   fromFunction: TollgateRequestOptions | undefined,
   fromRequest: TollgateRequestOptions | undefined,
   where: string,
@@ -151,10 +192,7 @@ function checkRequestOptions(value: unknown, where: string): void {
 }
 
 /** Copy the per-request options that are set into `target` (exactOptionalPropertyTypes: no `undefined` values). */
-export function applyRequestOptions(
-  target: ScheduleOptions,
-  options: TollgateRequestOptions | undefined,
-): void {
+function applyRequestOptions(target: ScheduleOptions, options: TollgateRequestOptions | undefined): void {
   if (options === undefined) return;
   if (options.cost !== undefined) target.cost = options.cost;
   if (options.key !== undefined) target.key = options.key;

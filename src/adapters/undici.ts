@@ -43,7 +43,6 @@ import type { Inspection, ScheduleOptions } from '../gate/gate.js';
 import { integer } from '../validate.js';
 import {
   type ActualCost,
-  applyRequestOptions,
   checkErrorBody,
   checkGate,
   checkOptions,
@@ -52,11 +51,12 @@ import {
   type ErrorBodyOptions,
   type GateLike,
   isJsonContentType,
-  mergeRequestOptions,
   type NormalizedErrorBody,
   optionalFn,
   parseJson,
   priceOrUndefined,
+  type RequestHooks,
+  scheduleOptionsOf,
   type TollgateRequestOptions,
 } from './request-options.js';
 
@@ -111,10 +111,9 @@ export interface TollgateInterceptorOptions {
 
 interface Settings {
   readonly gate: GateLike;
-  readonly key: ((opts: DispatchOptions) => string | undefined) | undefined;
-  readonly requestOptions: ((opts: DispatchOptions) => TollgateRequestOptions | undefined) | undefined;
+  /** `key`, `requestOptions` and `price.estimate`. */
+  readonly requestHooks: RequestHooks<DispatchOptions>;
   readonly actualCost: ((response: UndiciResponseHead) => ActualCost | undefined) | undefined;
-  readonly estimate: ((opts: DispatchOptions) => number | undefined) | undefined;
   readonly actualPrice: ((response: UndiciResponseHead) => number | undefined) | undefined;
   readonly errorBody: NormalizedErrorBody | undefined;
   readonly replayBodyMaxBytes: number;
@@ -150,12 +149,18 @@ export function tollgateInterceptor(
     (opts: DispatchOptions) => number | undefined,
     (response: UndiciResponseHead) => number | undefined
   >(o['price']);
+  const keyHook = optionalFn<(opts: DispatchOptions) => string | undefined>('key', o['key']);
   const settings: Settings = Object.freeze({
     gate: g,
-    key: optionalFn<Settings['key']>('key', o['key']),
-    requestOptions: optionalFn<Settings['requestOptions']>('requestOptions', o['requestOptions']),
+    requestHooks: Object.freeze({
+      key: keyHook ?? ((opts: DispatchOptions) => originOf(opts.origin)),
+      requestOptions: optionalFn<RequestHooks<DispatchOptions>['requestOptions']>(
+        'requestOptions',
+        o['requestOptions'],
+      ),
+      estimate: price.estimate,
+    }),
     actualCost: optionalFn<Settings['actualCost']>('actualCost', o['actualCost']),
-    estimate: price.estimate,
     actualPrice: price.actual,
     errorBody: checkErrorBody(o['errorBody']),
     replayBodyMaxBytes:
@@ -287,23 +292,12 @@ class ThrottledRequest implements DispatchController {
 
   private scheduleOptions(): ScheduleOptions {
     const { settings, opts } = this;
-    const scheduleOptions: ScheduleOptions = {};
-    applyRequestOptions(
-      scheduleOptions,
-      mergeRequestOptions(
-        settings.requestOptions?.(opts),
-        (opts as { tollgate?: TollgateRequestOptions }).tollgate,
-        'opts.tollgate',
-      ),
+    const scheduleOptions = scheduleOptionsOf(
+      settings.requestHooks,
+      opts,
+      (opts as { tollgate?: TollgateRequestOptions }).tollgate,
+      'opts.tollgate',
     );
-    if (scheduleOptions.key === undefined) {
-      const key = settings.key === undefined ? originOf(opts.origin) : settings.key(opts);
-      if (key !== undefined) scheduleOptions.key = key;
-    }
-    if (scheduleOptions.priceMicros === undefined && settings.estimate !== undefined) {
-      const estimate = settings.estimate(opts);
-      if (estimate !== undefined) scheduleOptions.priceMicros = estimate;
-    }
     scheduleOptions.signal = this.abortController.signal;
     scheduleOptions.inspect = ((attempt: Attempt) => attempt.inspect()) as (
       result: never,
