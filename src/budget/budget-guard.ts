@@ -21,7 +21,7 @@ import {
   budgetKeyOf,
   budgetNameOf,
   crossedThresholds,
-  normalizeBudget,
+  normalizeBudgets,
 } from './budget.js';
 import { BudgetExceededError, type BudgetRefusal } from './errors.js';
 import { FileLedger, type FileLedgerOptions } from './file-ledger.js';
@@ -164,6 +164,145 @@ export function refusalOf(
   };
 }
 
+/** Each budget's window at `now`, cached until it ends (calendar windows cost Intl calls in a zone). */
+export class BudgetWindows {
+  private readonly budgets: readonly Budget[];
+  private readonly cached: (PeriodWindow | undefined)[];
+
+  constructor(budgets: readonly Budget[]) {
+    this.budgets = budgets;
+    this.cached = budgets.map(() => undefined);
+  }
+
+  /** The window of `budgets[i]` at `now`. */
+  at(i: number, now: number): PeriodWindow {
+    const budget = this.budgets[i]!;
+    if (budget.period.kind === 'rolling') return periodWindow(budget.period, now);
+    const cached = this.cached[i];
+    if (cached !== undefined && cached.startMs <= now && now < cached.endMs) return cached;
+    const window = periodWindow(budget.period, now);
+    this.cached[i] = window;
+    return window;
+  }
+}
+
+/** A call's reservation as a guard asks its ledger for it: one entry per budget, in budget order. */
+export interface ReservationRequest {
+  readonly estimateMicros: number;
+  readonly key: string | undefined;
+  readonly reservedAt: number;
+  readonly expiresAt: number;
+  readonly entries: readonly LedgerEntry[];
+}
+
+/**
+ * Check a call's arguments and build what the ledger is asked to reserve at `now`. Throws
+ * `InvalidCostError` for an estimate that is not an integer >= 0 or a key that is not a string.
+ */
+export function reservationRequest(
+  budgets: readonly Budget[],
+  windows: BudgetWindows,
+  estimateMicros: number,
+  key: string | undefined,
+  now: number,
+  reservationTtlMs: number,
+): ReservationRequest {
+  checkMicros(estimateMicros, 'estimateMicros');
+  if (key !== undefined && typeof key !== 'string') {
+    throw new InvalidCostError(`key must be a string or undefined, got ${typeof key}`);
+  }
+  const expiresAt = now + reservationTtlMs;
+  const entries = budgets.map((budget, i) =>
+    ledgerEntry(budget, key, windows.at(i, now), estimateMicros, expiresAt),
+  );
+  return { estimateMicros, key, reservedAt: now, expiresAt, entries };
+}
+
+/** The guard's decision from the ledger's answer to `request`: the reservation, or the refusal. */
+export function decisionOf(
+  budgets: readonly Budget[],
+  currency: string,
+  request: ReservationRequest,
+  result: LedgerReserveResult,
+): BudgetDecision {
+  const { entries, key, estimateMicros } = request;
+  if (!result.ok) return refusalOf(budgets, entries, result, key, estimateMicros, currency);
+  return {
+    ok: true,
+    reservation: Object.freeze({
+      id: result.reservationId,
+      estimateMicros,
+      key,
+      budgetIds: Object.freeze(entries.map((e) => e.budgetId)),
+      reservedAt: request.reservedAt,
+      expiresAt: request.expiresAt,
+    }),
+  };
+}
+
+/**
+ * Spend per budget in its current window at `now`, from the ledger's snapshot: every budget, and for
+ * per-key budgets every key with spend recorded in the window.
+ */
+export function spendFromSnapshot(
+  budgets: readonly Budget[],
+  windows: BudgetWindows,
+  snapshot: readonly LedgerWindow[],
+  now: number,
+): BudgetSpend[] {
+  const out: BudgetSpend[] = [];
+  for (let i = 0; i < budgets.length; i++) {
+    const budget = budgets[i]!;
+    const window = windows.at(i, now);
+    const rollingMs = budget.period.kind === 'rolling' ? budget.period.rollingMs : undefined;
+    const matches = snapshot.filter(
+      (w) =>
+        budgetNameOf(w.budgetId) === budget.name &&
+        (budget.perKey ? w.budgetId !== budget.name : w.budgetId === budget.name) &&
+        (rollingMs === undefined
+          ? w.rollingMs === undefined && w.windowStart === window.startMs && w.windowEnd === window.endMs
+          : w.rollingMs === rollingMs),
+    );
+    for (const w of matches) {
+      // Per-key: list keys with something counted (a refused first call leaves an empty window).
+      if (budget.perKey && w.spentMicros === 0 && w.reservedMicros === 0) continue;
+      out.push(spendOf(budget, w));
+    }
+    if (!budget.perKey && matches.length === 0) {
+      out.push(
+        spendOf(budget, {
+          budgetId: budget.name,
+          windowStart: window.startMs,
+          windowEnd: window.endMs,
+          rollingMs,
+          spentMicros: 0,
+          reservedMicros: 0,
+          limitMicros: budget.limitMicros,
+          remainingMicros: budget.limitMicros,
+          resetAt: rollingMs === undefined ? window.endMs : now,
+        }),
+      );
+    }
+  }
+  return out;
+}
+
+function spendOf(budget: Budget, w: LedgerWindow): BudgetSpend {
+  return {
+    budget: budget.name,
+    key: budget.perKey ? budgetKeyOf(w.budgetId) : undefined,
+    budgetId: w.budgetId,
+    currency: budget.currency,
+    period: describePeriod(budget.period),
+    spentMicros: w.spentMicros,
+    reservedMicros: w.reservedMicros,
+    limitMicros: budget.limitMicros,
+    remainingMicros: Math.max(0, budget.limitMicros - w.spentMicros - w.reservedMicros),
+    windowStart: w.windowStart,
+    resetAt: w.resetAt,
+  };
+}
+
 /** Validate options and build a guard. Throws `InvalidOptionError` naming the bad option. */
 export function createBudgetGuard(options: BudgetGuardOptions): BudgetGuard {
   return new BudgetGuard(options);
@@ -179,7 +318,7 @@ export class BudgetGuard {
   private readonly ownsLedger: boolean;
   private readonly clock: Pick<Clock, 'now'>;
   private readonly listeners = new Set<(event: ThresholdEvent) => void>();
-  private readonly windows: (PeriodWindow | undefined)[];
+  private readonly windows: BudgetWindows;
   private readonly fired = new Map<string, FiredState>();
 
   constructor(options: BudgetGuardOptions) {
@@ -196,28 +335,8 @@ export class BudgetGuard {
         );
       }
     }
-    const specs = o.budgets;
-    if (specs === undefined) throw invalid('budgets', 'a budget or an array of budgets', specs);
-    const list = Array.isArray(specs) ? specs : [specs];
-    if (list.length === 0) throw invalid('budgets', 'at least one budget', specs);
-    const budgets = list.map((spec, i) =>
-      normalizeBudget(Array.isArray(specs) ? `budgets[${i}]` : 'budget', spec),
-    );
-    const names = new Set<string>();
-    budgets.forEach((b, i) => {
-      if (names.has(b.name))
-        throw invalid(`budgets[${i}].name`, "distinct from the other budgets' names", b.name);
-      names.add(b.name);
-      if (b.currency !== budgets[0]!.currency) {
-        throw invalid(
-          `budgets[${i}].currency`,
-          `the same currency as the first budget (${budgets[0]!.currency})`,
-          b.currency,
-        );
-      }
-    });
-    this.budgets = Object.freeze(budgets);
-    this.currency = budgets[0]!.currency;
+    this.budgets = normalizeBudgets(o.budgets);
+    this.currency = this.budgets[0]!.currency;
     this.onExceeded = oneOf('onExceeded', o.onExceeded ?? 'refuse', ['refuse', 'wait']);
     this.reservationTtlMs = integer('reservationTtlMs', o.reservationTtlMs ?? 900_000, 1);
     const clock = o.clock ?? systemClock;
@@ -227,7 +346,7 @@ export class BudgetGuard {
     this.clock = clock as Pick<Clock, 'now'>;
     if (o.onThreshold !== undefined)
       this.listeners.add(fn('onThreshold', o.onThreshold) as (e: ThresholdEvent) => void);
-    this.windows = budgets.map(() => undefined);
+    this.windows = new BudgetWindows(this.budgets);
 
     const ledger = o.ledger ?? 'file';
     if (ledger === 'memory') {
@@ -262,32 +381,18 @@ export class BudgetGuard {
    * an integer >= 0.
    */
   tryReserve(estimateMicros: number, key?: string, now: number = this.clock.now()): BudgetDecision {
-    checkMicros(estimateMicros, 'estimateMicros');
-    if (key !== undefined && typeof key !== 'string') {
-      throw new InvalidCostError(`key must be a string or undefined, got ${typeof key}`);
-    }
-    const expiresAt = now + this.reservationTtlMs;
-    const entries: LedgerEntry[] = [];
-    for (let i = 0; i < this.budgets.length; i++) {
-      const budget = this.budgets[i]!;
-      const window = this.windowAt(i, now);
-      entries.push(ledgerEntry(budget, key, window, estimateMicros, expiresAt));
-    }
-    const result = this.ledger.reserve(entries, now);
-    if (!result.ok) return refusalOf(this.budgets, entries, result, key, estimateMicros, this.currency);
-    if (this.listeners.size > 0 && estimateMicros > 0)
+    const request = reservationRequest(
+      this.budgets,
+      this.windows,
+      estimateMicros,
+      key,
+      now,
+      this.reservationTtlMs,
+    );
+    const result = this.ledger.reserve(request.entries, now);
+    if (result.ok && this.listeners.size > 0 && estimateMicros > 0)
       this.checkThresholds(result.totals, estimateMicros, now);
-    return {
-      ok: true,
-      reservation: Object.freeze({
-        id: result.reservationId,
-        estimateMicros,
-        key,
-        budgetIds: Object.freeze(entries.map((e) => e.budgetId)),
-        reservedAt: now,
-        expiresAt,
-      }),
-    };
+    return decisionOf(this.budgets, this.currency, request, result);
   }
 
   /**
@@ -323,42 +428,7 @@ export class BudgetGuard {
    * spend recorded in the window.
    */
   spend(now: number = this.clock.now()): BudgetSpend[] {
-    const snapshot = this.ledger.snapshot(now);
-    const out: BudgetSpend[] = [];
-    for (let i = 0; i < this.budgets.length; i++) {
-      const budget = this.budgets[i]!;
-      const window = this.windowAt(i, now);
-      const rollingMs = budget.period.kind === 'rolling' ? budget.period.rollingMs : undefined;
-      const matches = snapshot.filter(
-        (w) =>
-          budgetNameOf(w.budgetId) === budget.name &&
-          (budget.perKey ? w.budgetId !== budget.name : w.budgetId === budget.name) &&
-          (rollingMs === undefined
-            ? w.rollingMs === undefined && w.windowStart === window.startMs && w.windowEnd === window.endMs
-            : w.rollingMs === rollingMs),
-      );
-      for (const w of matches) {
-        // Per-key: list keys with something counted (a refused first call leaves an empty window).
-        if (budget.perKey && w.spentMicros === 0 && w.reservedMicros === 0) continue;
-        out.push(this.spendOf(budget, w));
-      }
-      if (!budget.perKey && matches.length === 0) {
-        out.push(
-          this.spendOf(budget, {
-            budgetId: budget.name,
-            windowStart: window.startMs,
-            windowEnd: window.endMs,
-            rollingMs,
-            spentMicros: 0,
-            reservedMicros: 0,
-            limitMicros: budget.limitMicros,
-            remainingMicros: budget.limitMicros,
-            resetAt: rollingMs === undefined ? window.endMs : now,
-          }),
-        );
-      }
-    }
-    return out;
+    return spendFromSnapshot(this.budgets, this.windows, this.ledger.snapshot(now), now);
   }
 
   /**
@@ -387,33 +457,6 @@ export class BudgetGuard {
     if (this.ownsLedger) this.ledger.close();
   }
 
-  // The budget's window at `now`, cached until it ends (calendar windows cost Intl calls in a zone).
-  private windowAt(i: number, now: number): PeriodWindow {
-    const budget = this.budgets[i]!;
-    if (budget.period.kind === 'rolling') return periodWindow(budget.period, now);
-    const cached = this.windows[i];
-    if (cached !== undefined && cached.startMs <= now && now < cached.endMs) return cached;
-    const window = periodWindow(budget.period, now);
-    this.windows[i] = window;
-    return window;
-  }
-
-  private spendOf(budget: Budget, w: LedgerWindow): BudgetSpend {
-    return {
-      budget: budget.name,
-      key: budget.perKey ? budgetKeyOf(w.budgetId) : undefined,
-      budgetId: w.budgetId,
-      currency: budget.currency,
-      period: describePeriod(budget.period),
-      spentMicros: w.spentMicros,
-      reservedMicros: w.reservedMicros,
-      limitMicros: budget.limitMicros,
-      remainingMicros: Math.max(0, budget.limitMicros - w.spentMicros - w.reservedMicros),
-      windowStart: w.windowStart,
-      resetAt: w.resetAt,
-    };
-  }
-
   // `totals` are after a change of +deltaMicros in committed spend on each budget they list.
   private checkThresholds(totals: readonly LedgerTotals[], deltaMicros: number, now: number): void {
     for (const t of totals) {
@@ -424,7 +467,7 @@ export class BudgetGuard {
       const crossed = crossedThresholds(budget.thresholdMicros, after - deltaMicros, after);
       if (crossed.length === 0) continue;
       const rolling = budget.period.kind === 'rolling';
-      const window = this.windowAt(i, now);
+      const window = this.windows.at(i, now);
       const windowStart = rolling ? 0 : window.startMs;
       let state = this.fired.get(t.budgetId);
       if (state === undefined || state.windowStart !== windowStart) {
@@ -464,7 +507,7 @@ export class BudgetGuard {
       const budget = this.budgets[i];
       if (
         budget === undefined ||
-        (budget.period.kind === 'calendar' && state.windowStart !== this.windowAt(i, now).startMs)
+        (budget.period.kind === 'calendar' && state.windowStart !== this.windows.at(i, now).startMs)
       ) {
         this.fired.delete(id);
       }

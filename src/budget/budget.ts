@@ -138,6 +138,33 @@ export function normalizeBudget(option: string, value: unknown): Budget {
 }
 
 /**
+ * Validate a guard's `budgets` option: one spec or a non-empty array of them, with distinct names and
+ * one currency. Returns the budgets frozen, in the order given.
+ */
+export function normalizeBudgets(specs: unknown): readonly Budget[] {
+  if (specs === undefined) throw invalid('budgets', 'a budget or an array of budgets', specs);
+  const list: readonly unknown[] = Array.isArray(specs) ? specs : [specs];
+  if (list.length === 0) throw invalid('budgets', 'at least one budget', specs);
+  const budgets = list.map((spec, i) =>
+    normalizeBudget(Array.isArray(specs) ? `budgets[${i}]` : 'budget', spec),
+  );
+  const names = new Set<string>();
+  budgets.forEach((b, i) => {
+    if (names.has(b.name))
+      throw invalid(`budgets[${i}].name`, "distinct from the other budgets' names", b.name);
+    names.add(b.name);
+    if (b.currency !== budgets[0]!.currency) {
+      throw invalid(
+        `budgets[${i}].currency`,
+        `the same currency as the first budget (${budgets[0]!.currency})`,
+        b.currency,
+      );
+    }
+  });
+  return Object.freeze(budgets);
+}
+
+/**
  * The id a budget's spend is stored under: the name, or `name[key]` for a per-key budget (names
  * cannot contain `[`, so the id is unambiguous).
  */

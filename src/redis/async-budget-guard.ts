@@ -1,23 +1,16 @@
-import {
-  type Budget,
-  type BudgetSpec,
-  budgetKeyOf,
-  budgetNameOf,
-  normalizeBudget,
-} from '../budget/budget.js';
+import { type Budget, type BudgetSpec, normalizeBudgets } from '../budget/budget.js';
 import {
   type BudgetDecision,
   type BudgetReservation,
   type BudgetSpend,
-  ledgerEntry,
-  refusalOf,
+  BudgetWindows,
+  decisionOf,
+  reservationRequest,
+  spendFromSnapshot,
 } from '../budget/budget-guard.js';
 import { BudgetExceededError } from '../budget/errors.js';
-import type { LedgerEntry } from '../budget/ledger.js';
 import { checkMicros } from '../budget/money.js';
-import { describePeriod, type PeriodWindow, periodWindow } from '../budget/period.js';
 import { type Clock, systemClock } from '../clock.js';
-import { InvalidCostError } from '../errors.js';
 import { integer, invalid, plainObject } from '../validate.js';
 import type { AsyncLedger } from './async-ledger.js';
 
@@ -48,7 +41,7 @@ export class AsyncBudgetGuard {
   readonly reservationTtlMs: number;
   readonly ledger: AsyncLedger;
   private readonly clock: Pick<Clock, 'now'>;
-  private readonly windows: (PeriodWindow | undefined)[];
+  private readonly windows: BudgetWindows;
 
   constructor(options: AsyncBudgetGuardOptions) {
     const o = plainObject('options', options);
@@ -56,27 +49,8 @@ export class AsyncBudgetGuard {
       if (!['budgets', 'ledger', 'clock', 'reservationTtlMs'].includes(key))
         throw invalid(key, 'not set (known: budgets, ledger, clock, reservationTtlMs)', o[key]);
     }
-    const specs = o['budgets'];
-    if (specs === undefined) throw invalid('budgets', 'a budget or an array of budgets', specs);
-    const list = Array.isArray(specs) ? specs : [specs];
-    if (list.length === 0) throw invalid('budgets', 'at least one budget', specs);
-    const budgets = list.map((spec, i) =>
-      normalizeBudget(Array.isArray(specs) ? `budgets[${i}]` : 'budget', spec),
-    );
-    const names = new Set<string>();
-    budgets.forEach((b, i) => {
-      if (names.has(b.name))
-        throw invalid(`budgets[${i}].name`, "distinct from the other budgets' names", b.name);
-      names.add(b.name);
-      if (b.currency !== budgets[0]!.currency)
-        throw invalid(
-          `budgets[${i}].currency`,
-          `the same currency as the first budget (${budgets[0]!.currency})`,
-          b.currency,
-        );
-    });
-    this.budgets = Object.freeze(budgets);
-    this.currency = budgets[0]!.currency;
+    this.budgets = normalizeBudgets(o['budgets']);
+    this.currency = this.budgets[0]!.currency;
     this.reservationTtlMs = integer('reservationTtlMs', o['reservationTtlMs'] ?? 900_000, 1);
     const ledger = o['ledger'] as Partial<AsyncLedger> | undefined;
     if (typeof ledger?.reserve !== 'function' || typeof ledger.settle !== 'function')
@@ -86,7 +60,7 @@ export class AsyncBudgetGuard {
     if (typeof (clock as Clock | null)?.now !== 'function')
       throw invalid('clock', 'an object with a now() method', clock);
     this.clock = clock as Pick<Clock, 'now'>;
-    this.windows = budgets.map(() => undefined);
+    this.windows = new BudgetWindows(this.budgets);
   }
 
   /** Reserve on every budget that applies to `key`, all or nothing; a refusal is a value. */
@@ -95,26 +69,16 @@ export class AsyncBudgetGuard {
     key?: string,
     now: number = this.clock.now(),
   ): Promise<BudgetDecision> {
-    checkMicros(estimateMicros, 'estimateMicros');
-    if (key !== undefined && typeof key !== 'string')
-      throw new InvalidCostError(`key must be a string or undefined, got ${typeof key}`);
-    const expiresAt = now + this.reservationTtlMs;
-    const entries: LedgerEntry[] = this.budgets.map((budget, i) =>
-      ledgerEntry(budget, key, this.windowAt(i, now), estimateMicros, expiresAt),
+    const request = reservationRequest(
+      this.budgets,
+      this.windows,
+      estimateMicros,
+      key,
+      now,
+      this.reservationTtlMs,
     );
-    const result = await this.ledger.reserve(entries, now);
-    if (!result.ok) return refusalOf(this.budgets, entries, result, key, estimateMicros, this.currency);
-    return {
-      ok: true,
-      reservation: Object.freeze({
-        id: result.reservationId,
-        estimateMicros,
-        key,
-        budgetIds: Object.freeze(entries.map((e) => e.budgetId)),
-        reservedAt: now,
-        expiresAt,
-      }),
-    };
+    const result = await this.ledger.reserve(request.entries, now);
+    return decisionOf(this.budgets, this.currency, request, result);
   }
 
   /** Like `tryReserve`; a refusal rejects with `BudgetExceededError`. */
@@ -145,62 +109,7 @@ export class AsyncBudgetGuard {
 
   /** Spend per budget (and key) in its current window. */
   async spend(now: number = this.clock.now()): Promise<BudgetSpend[]> {
-    const snapshot = await this.ledger.snapshot(now);
-    const out: BudgetSpend[] = [];
-    this.budgets.forEach((budget, i) => {
-      const window = this.windowAt(i, now);
-      const rollingMs = budget.period.kind === 'rolling' ? budget.period.rollingMs : undefined;
-      const matches = snapshot.filter(
-        (w) =>
-          budgetNameOf(w.budgetId) === budget.name &&
-          (budget.perKey ? w.budgetId !== budget.name : w.budgetId === budget.name) &&
-          (rollingMs === undefined
-            ? w.rollingMs === undefined && w.windowStart === window.startMs && w.windowEnd === window.endMs
-            : w.rollingMs === rollingMs),
-      );
-      for (const w of matches) {
-        if (budget.perKey && w.spentMicros === 0 && w.reservedMicros === 0) continue;
-        out.push({
-          budget: budget.name,
-          key: budget.perKey ? budgetKeyOf(w.budgetId) : undefined,
-          budgetId: w.budgetId,
-          currency: budget.currency,
-          period: describePeriod(budget.period),
-          spentMicros: w.spentMicros,
-          reservedMicros: w.reservedMicros,
-          limitMicros: budget.limitMicros,
-          remainingMicros: Math.max(0, budget.limitMicros - w.spentMicros - w.reservedMicros),
-          windowStart: w.windowStart,
-          resetAt: w.resetAt,
-        });
-      }
-      if (!budget.perKey && matches.length === 0) {
-        out.push({
-          budget: budget.name,
-          key: undefined,
-          budgetId: budget.name,
-          currency: budget.currency,
-          period: describePeriod(budget.period),
-          spentMicros: 0,
-          reservedMicros: 0,
-          limitMicros: budget.limitMicros,
-          remainingMicros: budget.limitMicros,
-          windowStart: window.startMs,
-          resetAt: rollingMs === undefined ? window.endMs : now,
-        });
-      }
-    });
-    return out;
-  }
-
-  private windowAt(i: number, now: number): PeriodWindow {
-    const budget = this.budgets[i]!;
-    if (budget.period.kind === 'rolling') return periodWindow(budget.period, now);
-    const cached = this.windows[i];
-    if (cached !== undefined && cached.startMs <= now && now < cached.endMs) return cached;
-    const window = periodWindow(budget.period, now);
-    this.windows[i] = window;
-    return window;
+    return spendFromSnapshot(this.budgets, this.windows, await this.ledger.snapshot(now), now);
   }
 }
 
