@@ -17,7 +17,7 @@ import { createServerQuota, type ServerQuotaState } from '../core/server-quota.j
 import {
   AbortedError,
   GateClosedError,
-  InvalidCostError,
+  type InvalidCostError,
   type InvalidOptionError,
   QueueFullError,
   QueueTimeoutError,
@@ -40,6 +40,17 @@ import {
   type StartEvent,
 } from './events.js';
 import { buildCores, type GateOptions, validateGateOptions } from './options.js';
+import {
+  checkCapacity,
+  checkCost,
+  checkInspect,
+  checkKey,
+  checkMaxQueueTimeMs,
+  checkPriceMicros,
+  checkPriority,
+  checkSignal,
+  unitCost,
+} from './schedule-options.js';
 
 /** Per-call options of `gate.schedule`. */
 export interface ScheduleOptions {
@@ -233,17 +244,10 @@ function commit(cores: readonly LimitCore[], states: unknown[], costs: readonly 
   }
 }
 
-/** Units of `unit` a call costs, from its cost as given (requests default to 1, other units to 0). */
 /** Fixed, sliding-log and sliding windows: the limits `recount` moves to the response time. */
 function countsWindow(core: LimitCore): boolean {
   const algorithm = core.algorithm;
   return algorithm === 'fixed-window' || algorithm === 'sliding-log' || algorithm === 'sliding-window';
-}
-
-function unitCost(cost: ScheduleOptions['cost'], unit: string): number {
-  if (cost === undefined) return unit === 'requests' ? 1 : 0;
-  if (typeof cost === 'number') return unit === 'requests' ? cost : 0;
-  return cost[unit] ?? (unit === 'requests' ? 1 : 0);
 }
 
 /** Earliest time >= `from` at which the adaptive levels admit a call of `cost`. */
@@ -509,28 +513,14 @@ export class Gate {
         gcosts = this.costsFor(cost, this.globalCores);
         kcosts = this.costsFor(cost, this.keyCores);
       }
-      if (o.priority !== undefined) {
-        priority = o.priority;
-        if (!Number.isSafeInteger(priority)) throw invalid('priority', 'an integer', priority);
-      }
-      if (o.maxQueueTimeMs !== undefined) {
-        maxQueueTimeMs = o.maxQueueTimeMs;
-        if (typeof maxQueueTimeMs !== 'number' || Number.isNaN(maxQueueTimeMs) || maxQueueTimeMs < 0) {
-          throw invalid('maxQueueTimeMs', 'a number >= 0', maxQueueTimeMs);
-        }
-      }
-      const signal = o.signal;
-      if (signal !== undefined && (typeof signal !== 'object' || signal === null || !('aborted' in signal))) {
-        throw invalid('signal', 'an AbortSignal', signal);
-      }
-      if (key !== undefined && typeof key !== 'string') throw invalid('key', 'a string', key);
-      if (inspect !== undefined && typeof inspect !== 'function')
-        throw invalid('inspect', 'a function', inspect);
-      if (o.priceMicros !== undefined && (!Number.isSafeInteger(o.priceMicros) || o.priceMicros < 0)) {
-        throw new InvalidCostError(
-          `Expected \`priceMicros\` to be an integer >= 0, got \`${String(o.priceMicros)}\``,
-        );
-      }
+      // Checked in this order (the first invalid option is the one reported); unset options keep
+      // the gate's defaults.
+      if (o.priority !== undefined) priority = checkPriority(o.priority);
+      if (o.maxQueueTimeMs !== undefined) maxQueueTimeMs = checkMaxQueueTimeMs(o.maxQueueTimeMs);
+      const signal = checkSignal(o.signal);
+      checkKey(key);
+      checkInspect(inspect);
+      if (o.priceMicros !== undefined) checkPriceMicros(o.priceMicros);
       if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));
       if (inspect !== undefined || this.budget !== undefined) {
         const p = key === undefined ? this.defaultPartition : this.partitionFor(key, now);
@@ -799,41 +789,10 @@ export class Gate {
   }
 
   private costsFor(cost: unknown, cores: readonly LimitCore[]): number[] {
-    if (typeof cost === 'number') {
-      if (!Number.isFinite(cost) || cost < 0) {
-        throw new InvalidCostError(`Expected \`cost\` to be a finite number >= 0, got \`${cost}\``);
-      }
-      return cores.map((core) => this.checkCapacity(core, core.unit === 'requests' ? cost : 0));
-    }
-    if (typeof cost !== 'object' || cost === null || Array.isArray(cost)) {
-      throw new InvalidCostError(
-        `Expected \`cost\` to be a number or a record of units, got \`${String(cost)}\``,
-      );
-    }
-    const record = cost as Record<string, unknown>;
-    for (const unit of Object.keys(record)) {
-      const value = record[unit];
-      if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
-        throw new InvalidCostError(
-          `Expected \`cost.${unit}\` to be a finite number >= 0, got \`${String(value)}\``,
-          unit,
-        );
-      }
-    }
-    return cores.map((core) => {
-      const value = record[core.unit] as number | undefined;
-      return this.checkCapacity(core, value ?? (core.unit === 'requests' ? 1 : 0));
-    });
-  }
-
-  private checkCapacity(core: LimitCore, cost: number): number {
-    if (cost > core.capacity) {
-      throw new InvalidCostError(
-        `Cost ${cost} ${core.unit} exceeds what the ${core.algorithm} limit can ever admit (${core.capacity})`,
-        core.unit,
-      );
-    }
-    return cost;
+    checkCost(cost);
+    return cores.map((core) =>
+      checkCapacity(unitCost(cost, core.unit), core.unit, core.algorithm, core.capacity),
+    );
   }
 
   private partitionFor(key: string, now: number): Partition {

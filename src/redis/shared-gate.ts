@@ -27,10 +27,20 @@ import {
   type Inspection,
   type ScheduleOptions,
 } from '../gate/gate.js';
+import {
+  checkCapacity,
+  checkCost,
+  checkInspect,
+  checkKey,
+  checkMaxQueueTimeMs,
+  checkPriceMicros,
+  checkPriority,
+  checkSignal,
+  unitCost,
+} from '../gate/schedule-options.js';
 import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
 import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
 import { invalid } from '../validate.js';
-import { unitCost } from './memory-store.js';
 import {
   type FailurePolicy,
   type NormalizedSharedGateOptions,
@@ -266,21 +276,13 @@ export class SharedGate {
     const o: ScheduleOptions = options ?? {};
     try {
       const { cost, key, inspect, signal } = o;
-      if (key !== undefined && typeof key !== 'string') throw invalid('key', 'a string', key);
-      const priority = o.priority ?? 0;
-      if (!Number.isSafeInteger(priority)) throw invalid('priority', 'an integer', priority);
-      const maxQueueTimeMs = o.maxQueueTimeMs ?? this.o.maxQueueTimeMs;
-      if (typeof maxQueueTimeMs !== 'number' || Number.isNaN(maxQueueTimeMs) || maxQueueTimeMs < 0)
-        throw invalid('maxQueueTimeMs', 'a number >= 0', maxQueueTimeMs);
-      if (signal !== undefined && (typeof signal !== 'object' || signal === null || !('aborted' in signal)))
-        throw invalid('signal', 'an AbortSignal', signal);
-      if (inspect !== undefined && typeof inspect !== 'function')
-        throw invalid('inspect', 'a function', inspect);
-      const priceMicros = o.priceMicros ?? 0;
-      if (!Number.isSafeInteger(priceMicros) || priceMicros < 0)
-        throw new InvalidCostError(
-          `Expected \`priceMicros\` to be an integer >= 0, got \`${String(priceMicros)}\``,
-        );
+      // The in-memory gate's checks and messages, in this gate's order; null options take defaults.
+      checkKey(key);
+      const priority = checkPriority(o.priority ?? 0);
+      const maxQueueTimeMs = checkMaxQueueTimeMs(o.maxQueueTimeMs ?? this.o.maxQueueTimeMs);
+      checkSignal(signal);
+      checkInspect(inspect);
+      const priceMicros = checkPriceMicros(o.priceMicros ?? 0);
       const info = key === undefined ? this.defaultInfo : this.infoFor(key);
       const costs = this.costsFor(cost, info.levels);
       if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));
@@ -435,41 +437,12 @@ export class SharedGate {
     for (const [key, info] of this.keyInfos) if (info.queued === 0) this.keyInfos.delete(key);
   }
 
-  private costsFor(cost: unknown, levels: readonly StoreLevel[]): number[] {
-    if (cost !== undefined) {
-      if (typeof cost === 'number') {
-        if (!Number.isFinite(cost) || cost < 0)
-          throw new InvalidCostError(`Expected \`cost\` to be a finite number >= 0, got \`${cost}\``);
-      } else if (typeof cost !== 'object' || cost === null || Array.isArray(cost)) {
-        throw new InvalidCostError(
-          `Expected \`cost\` to be a number or a record of units, got \`${String(cost)}\``,
-        );
-      } else {
-        for (const [unit, value] of Object.entries(cost)) {
-          if (typeof value !== 'number' || !Number.isFinite(value) || value < 0)
-            throw new InvalidCostError(
-              `Expected \`cost.${unit}\` to be a finite number >= 0, got \`${String(value)}\``,
-              unit,
-            );
-        }
-      }
-    }
-    const units =
-      cost === undefined
-        ? undefined
-        : typeof cost === 'number'
-          ? { requests: cost }
-          : (cost as Record<string, number>);
+  private costsFor(cost: ScheduleOptions['cost'], levels: readonly StoreLevel[]): number[] {
+    if (cost !== undefined) checkCost(cost);
     return levels.map((level) => {
-      const units_ = unitCost(units, level.spec.unit);
-      const capacity = level.spec.algorithm === 'token-bucket' ? level.spec.burst : level.spec.limit;
-      if (units_ > capacity) {
-        throw new InvalidCostError(
-          `Cost ${units_} ${level.spec.unit} exceeds what the ${level.spec.algorithm} limit can ever admit (${capacity})`,
-          level.spec.unit,
-        );
-      }
-      return units_;
+      const spec = level.spec;
+      const capacity = spec.algorithm === 'token-bucket' ? spec.burst : spec.limit;
+      return checkCapacity(unitCost(cost, spec.unit), spec.unit, spec.algorithm, capacity);
     });
   }
 

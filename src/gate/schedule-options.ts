@@ -1,0 +1,89 @@
+import { InvalidCostError } from '../errors.js';
+import { invalid } from '../validate.js';
+import type { ScheduleOptions } from './gate.js';
+
+// Checks of the per-call options of `schedule`, shared by the in-memory gate and the shared gate
+// (same messages, same error classes). Each takes the value as given (or as defaulted by its
+// caller) and returns it typed; none allocates, so `Gate.schedule` can call them per call.
+// Not exported from index.ts: internal to the gates.
+
+export function checkPriority(priority: unknown): number {
+  if (!Number.isSafeInteger(priority)) throw invalid('priority', 'an integer', priority);
+  return priority as number;
+}
+
+export function checkMaxQueueTimeMs(maxQueueTimeMs: unknown): number {
+  if (typeof maxQueueTimeMs !== 'number' || Number.isNaN(maxQueueTimeMs) || maxQueueTimeMs < 0) {
+    throw invalid('maxQueueTimeMs', 'a number >= 0', maxQueueTimeMs);
+  }
+  return maxQueueTimeMs;
+}
+
+export function checkSignal(signal: unknown): AbortSignal | undefined {
+  if (signal !== undefined && (typeof signal !== 'object' || signal === null || !('aborted' in signal))) {
+    throw invalid('signal', 'an AbortSignal', signal);
+  }
+  return signal as AbortSignal | undefined;
+}
+
+export function checkKey(key: unknown): string | undefined {
+  if (key !== undefined && typeof key !== 'string') throw invalid('key', 'a string', key);
+  return key as string | undefined;
+}
+
+export function checkInspect(inspect: unknown): ScheduleOptions['inspect'] {
+  if (inspect !== undefined && typeof inspect !== 'function') throw invalid('inspect', 'a function', inspect);
+  return inspect as ScheduleOptions['inspect'];
+}
+
+export function checkPriceMicros(priceMicros: unknown): number {
+  if (!Number.isSafeInteger(priceMicros) || (priceMicros as number) < 0) {
+    throw new InvalidCostError(
+      `Expected \`priceMicros\` to be an integer >= 0, got \`${String(priceMicros)}\``,
+    );
+  }
+  return priceMicros as number;
+}
+
+/** Throws `InvalidCostError` unless `cost` is a finite number >= 0 or a record of them (one per unit). */
+export function checkCost(cost: unknown): asserts cost is NonNullable<ScheduleOptions['cost']> {
+  if (typeof cost === 'number') {
+    if (!Number.isFinite(cost) || cost < 0) {
+      throw new InvalidCostError(`Expected \`cost\` to be a finite number >= 0, got \`${cost}\``);
+    }
+    return;
+  }
+  if (typeof cost !== 'object' || cost === null || Array.isArray(cost)) {
+    throw new InvalidCostError(
+      `Expected \`cost\` to be a number or a record of units, got \`${String(cost)}\``,
+    );
+  }
+  const record = cost as Record<string, unknown>;
+  for (const unit of Object.keys(record)) {
+    const value = record[unit];
+    if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+      throw new InvalidCostError(
+        `Expected \`cost.${unit}\` to be a finite number >= 0, got \`${String(value)}\``,
+        unit,
+      );
+    }
+  }
+}
+
+/** Units of `unit` a call costs, from its cost as given (requests default to 1, other units to 0). */
+export function unitCost(cost: ScheduleOptions['cost'], unit: string): number {
+  if (cost === undefined) return unit === 'requests' ? 1 : 0;
+  if (typeof cost === 'number') return unit === 'requests' ? cost : 0;
+  return cost[unit] ?? (unit === 'requests' ? 1 : 0);
+}
+
+/** `units` of a call, unless they exceed what a limit can ever admit (its `capacity`). */
+export function checkCapacity(units: number, unit: string, algorithm: string, capacity: number): number {
+  if (units > capacity) {
+    throw new InvalidCostError(
+      `Cost ${units} ${unit} exceeds what the ${algorithm} limit can ever admit (${capacity})`,
+      unit,
+    );
+  }
+  return units;
+}
