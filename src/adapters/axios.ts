@@ -58,21 +58,19 @@ import type { HeadersLike } from '../headers/headers-like.js';
 import { invalid } from '../validate.js';
 import {
   type ActualCost,
-  checkErrorBody,
   checkGate,
   checkOptions,
-  checkPrice,
-  costOrUndefined,
+  checkSharedOptions,
   type ErrorBodyOptions,
   type GateLike,
   isJsonContentType,
+  type MutableInspection,
   type NormalizedErrorBody,
-  optionalFn,
   parseJson,
-  priceOrUndefined,
   type RequestHooks,
   safely,
   scheduleOptionsOf,
+  setActuals,
   type TollgateRequestOptions,
 } from './request-options.js';
 
@@ -130,7 +128,6 @@ const axiosDefaultAdapters = ['xhr', 'http', 'fetch'];
 // same config) is not wrapped, and counted, twice.
 const installedBy = Symbol('tollgate.axios.registration');
 
-type ConfigHook<T> = (config: InternalAxiosRequestConfig) => T;
 type ResponseHook<T> = (response: AxiosResponse) => T | Promise<T>;
 
 /** One attempt's answer: the response, and the AxiosError axios rejected it with (non-2xx by `validateStatus`). */
@@ -177,19 +174,12 @@ export function throttleAxios(
       undefined,
     );
   }
-  const keyHook = optionalFn<ConfigHook<string | undefined>>('key', o['key']);
-  const requestOptionsHook = optionalFn<ConfigHook<TollgateRequestOptions | undefined>>(
-    'requestOptions',
-    o['requestOptions'],
-  );
-  const actualCostHook = optionalFn<ResponseHook<ActualCost | undefined>>('actualCost', o['actualCost']);
-  const price = checkPrice<ConfigHook<number | undefined>, ResponseHook<number | undefined>>(o['price']);
+  const shared = checkSharedOptions<ThrottleAxiosOptions>(o);
   const hooks: RequestHooks<InternalAxiosRequestConfig> = {
-    key: keyHook ?? originOfConfig,
-    requestOptions: requestOptionsHook,
-    estimate: price.estimate,
+    key: shared.key ?? originOfConfig,
+    requestOptions: shared.requestOptions,
+    estimate: shared.estimate,
   };
-  const errorBody = checkErrorBody(o['errorBody']);
   const registration = {};
 
   const resolveAdapter = (setting: AdapterSetting, config: InternalAxiosRequestConfig): AxiosAdapter => {
@@ -214,9 +204,14 @@ export function throttleAxios(
     const cancel = cancellationOf(config);
     if (cancel.signal !== undefined) scheduleOptions.signal = cancel.signal;
     scheduleOptions.inspect = ((outcome: Outcome) =>
-      inspectOutcome(outcome, method, retryable, errorBody, actualCostHook, price.actual)) as (
-      result: never,
-    ) => Inspection | undefined | Promise<Inspection | undefined>;
+      inspectOutcome(
+        outcome,
+        method,
+        retryable,
+        shared.errorBody,
+        shared.actualCost,
+        shared.actualPrice,
+      )) as (result: never) => Inspection | undefined | Promise<Inspection | undefined>;
 
     let last: Outcome | undefined;
     const attempt = (): Promise<Outcome> =>
@@ -289,7 +284,7 @@ function inspectOutcome(
   const response = outcome?.response;
   if (typeof response !== 'object' || response === null || typeof response.status !== 'number')
     return undefined;
-  const inspection: { -readonly [K in keyof Inspection]: Inspection[K] } = {
+  const inspection: MutableInspection = {
     status: response.status,
     headers: (response.headers ?? {}) as unknown as HeadersLike,
     method,
@@ -308,10 +303,7 @@ function inspectOutcome(
     actualCostHook === undefined ? undefined : safely(() => actualCostHook(view)),
     actualPriceHook === undefined ? undefined : safely(() => actualPriceHook(view)),
   ]).then(([cost, priceMicros]) => {
-    const actualCost = costOrUndefined(cost);
-    if (actualCost !== undefined) inspection.actualCost = actualCost;
-    const actualPriceMicros = priceOrUndefined(priceMicros);
-    if (actualPriceMicros !== undefined) inspection.actualPriceMicros = actualPriceMicros;
+    setActuals(inspection, cost, priceMicros);
     return inspection;
   });
 }

@@ -24,21 +24,20 @@
 import type { Inspection, ScheduleOptions } from '../gate/gate.js';
 import {
   type ActualCost,
-  checkErrorBody,
   checkGate,
   checkOptions,
-  checkPrice,
-  costOrUndefined,
+  checkSharedOptions,
   type ErrorBodyOptions,
   type GateLike,
   isJsonContentType,
+  type MutableInspection,
   type NormalizedErrorBody,
   optionalFn,
   parseJson,
-  priceOrUndefined,
   type RequestHooks,
   safely,
   scheduleOptionsOf,
+  setActuals,
   type TollgateRequestOptions,
 } from './request-options.js';
 
@@ -102,8 +101,6 @@ export interface WrapFetchOptions {
 
 const knownOptions = ['fetch', 'key', 'requestOptions', 'actualCost', 'price', 'errorBody'] as const;
 
-type RequestHook<T> = (request: Request, init: RequestInit | undefined) => T;
-
 /** One call, as the hooks see it: `view()` builds the body-less Request view once, and only if a hook asks. */
 interface FetchCall {
   readonly input: RequestInfo | URL;
@@ -125,22 +122,15 @@ export function wrapFetch(gate: GateLike, options?: WrapFetchOptions): typeof fe
   const g = checkGate(gate);
   const o = checkOptions(options, knownOptions);
   const fetchOption = optionalFn<FetchLike>('fetch', o['fetch']);
-  const keyHook = optionalFn<RequestHook<string | undefined>>('key', o['key']);
-  const requestOptionsHook = optionalFn<RequestHook<TollgateRequestOptions | undefined>>(
-    'requestOptions',
-    o['requestOptions'],
-  );
-  const actualCostHook = optionalFn<NonNullable<WrapFetchOptions['actualCost']>>(
-    'actualCost',
-    o['actualCost'],
-  );
-  const price = checkPrice<
-    RequestHook<number | undefined>,
-    (response: Response) => number | undefined | Promise<number | undefined>
-  >(o['price']);
-  const errorBody = checkErrorBody(o['errorBody']);
-  const observesBody = actualCostHook !== undefined || price.actual !== undefined;
-  const estimateHook = price.estimate;
+  const {
+    key: keyHook,
+    requestOptions: requestOptionsHook,
+    actualCost: actualCostHook,
+    estimate: estimateHook,
+    actualPrice: actualPriceHook,
+    errorBody,
+  } = checkSharedOptions<WrapFetchOptions>(o);
+  const observesBody = actualCostHook !== undefined || actualPriceHook !== undefined;
   // The hooks take (request view, init); the default key needs neither the view nor init.
   const hooks: RequestHooks<FetchCall> = {
     key:
@@ -199,7 +189,7 @@ export function wrapFetch(gate: GateLike, options?: WrapFetchOptions): typeof fe
         errorBody,
         observesBody,
         actualCostHook,
-        price.actual,
+        actualPriceHook,
       )) as (result: never) => Inspection | undefined | Promise<Inspection | undefined>;
 
     const send = (): Promise<Response> => {
@@ -254,14 +244,9 @@ function inspectResponse(
     actualCostHook === undefined ? undefined : safely(() => actualCostHook(response.clone())),
     actualPriceHook === undefined ? undefined : safely(() => actualPriceHook(response.clone())),
   ]).then(([text, cost, priceMicros]) => {
-    const inspection: {
-      -readonly [K in keyof Inspection]: Inspection[K];
-    } = { ...base };
+    const inspection: MutableInspection = { ...base };
     if (text !== undefined) inspection.body = parseJson(text);
-    const actualCost = costOrUndefined(cost);
-    if (actualCost !== undefined) inspection.actualCost = actualCost;
-    const actualPriceMicros = priceOrUndefined(priceMicros);
-    if (actualPriceMicros !== undefined) inspection.actualPriceMicros = actualPriceMicros;
+    setActuals(inspection, cost, priceMicros);
     return inspection;
   });
 }

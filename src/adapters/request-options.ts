@@ -4,7 +4,7 @@
  * adapters translate, the gate decides.
  */
 import { InvalidOptionError } from '../errors.js';
-import type { Gate, ScheduleOptions } from '../gate/gate.js';
+import type { Gate, Inspection, ScheduleOptions } from '../gate/gate.js';
 import { fn, integer, invalid, plainObject } from '../validate.js';
 
 /**
@@ -85,8 +85,51 @@ export function optionalFn<F>(name: string, value: unknown): F | undefined {
   return value === undefined ? undefined : (fn(name, value) as F);
 }
 
+/** The options every adapter accepts, each hook typed as the adapter's options type declares it. */
+interface SharedOptionsShape {
+  key?: unknown;
+  requestOptions?: unknown;
+  actualCost?: unknown;
+  price?: { estimate?: unknown; actual?: unknown };
+  errorBody?: false | ErrorBodyOptions;
+}
+
+/** The shared options of an adapter, checked; `price` is flattened into `estimate` and `actualPrice`. */
+export interface SharedOptions<O extends SharedOptionsShape> {
+  readonly key: O['key'] | undefined;
+  readonly requestOptions: O['requestOptions'] | undefined;
+  readonly actualCost: O['actualCost'] | undefined;
+  readonly estimate: NonNullable<O['price']>['estimate'] | undefined;
+  readonly actualPrice: NonNullable<O['price']>['actual'] | undefined;
+  /** undefined: read no error body. */
+  readonly errorBody: NormalizedErrorBody | undefined;
+}
+
+/**
+ * Check the options every adapter accepts (`key`, `requestOptions`, `actualCost`, `price`,
+ * `errorBody`), in that order, from the adapter's options object (already through `checkOptions`).
+ */
+export function checkSharedOptions<O extends SharedOptionsShape>(
+  o: Record<string, unknown>,
+): SharedOptions<O> {
+  const key = optionalFn<O['key']>('key', o['key']);
+  const requestOptions = optionalFn<O['requestOptions']>('requestOptions', o['requestOptions']);
+  const actualCost = optionalFn<O['actualCost']>('actualCost', o['actualCost']);
+  const price = checkPrice<NonNullable<O['price']>['estimate'], NonNullable<O['price']>['actual']>(
+    o['price'],
+  );
+  return {
+    key,
+    requestOptions,
+    actualCost,
+    estimate: price.estimate,
+    actualPrice: price.actual,
+    errorBody: checkErrorBody(o['errorBody']),
+  };
+}
+
 /** `price: { estimate?, actual? }`. */
-export function checkPrice<E, A>(value: unknown): { estimate: E | undefined; actual: A | undefined } {
+function checkPrice<E, A>(value: unknown): { estimate: E | undefined; actual: A | undefined } {
   if (value === undefined) return { estimate: undefined, actual: undefined };
   const o = plainObject('price', value);
   for (const key of Object.keys(o)) {
@@ -99,7 +142,7 @@ export function checkPrice<E, A>(value: unknown): { estimate: E | undefined; act
 }
 
 /** `errorBody: false | { maxBytes?, timeoutMs? }`; `false` (or `maxBytes: 0`) reads no error body. */
-export function checkErrorBody(value: unknown): NormalizedErrorBody | undefined {
+function checkErrorBody(value: unknown): NormalizedErrorBody | undefined {
   if (value === false) return undefined;
   if (value === undefined) return errorBodyDefaults;
   const o = plainObject('errorBody', value);
@@ -230,13 +273,27 @@ export function safely<T>(hook: () => T | Promise<T>): T | undefined | Promise<T
   }
 }
 
+/** An inspection an adapter is still filling in. */
+export type MutableInspection = { -readonly [K in keyof Inspection]: Inspection[K] };
+
+/**
+ * Put what the `actualCost` and `price.actual` hooks answered on `inspection`, each only if usable
+ * (a record of units; integer micros >= 0): an unusable answer counts as none, the estimate stands.
+ */
+export function setActuals(inspection: MutableInspection, cost: unknown, priceMicros: unknown): void {
+  const actualCost = costOrUndefined(cost);
+  if (actualCost !== undefined) inspection.actualCost = actualCost;
+  const actualPriceMicros = priceOrUndefined(priceMicros);
+  if (actualPriceMicros !== undefined) inspection.actualPriceMicros = actualPriceMicros;
+}
+
 /** A number a price hook returned, if usable as integer micros. */
-export function priceOrUndefined(value: unknown): number | undefined {
+function priceOrUndefined(value: unknown): number | undefined {
   return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : undefined;
 }
 
 /** A record of units a cost hook returned, if it is one. */
-export function costOrUndefined(value: unknown): ActualCost | undefined {
+function costOrUndefined(value: unknown): ActualCost | undefined {
   return typeof value === 'object' && value !== null && !Array.isArray(value)
     ? (value as ActualCost)
     : undefined;

@@ -43,20 +43,18 @@ import type { Inspection, ScheduleOptions } from '../gate/gate.js';
 import { integer } from '../validate.js';
 import {
   type ActualCost,
-  checkErrorBody,
   checkGate,
   checkOptions,
-  checkPrice,
-  costOrUndefined,
+  checkSharedOptions,
   type ErrorBodyOptions,
   type GateLike,
   isJsonContentType,
+  type MutableInspection,
   type NormalizedErrorBody,
-  optionalFn,
   parseJson,
-  priceOrUndefined,
   type RequestHooks,
   scheduleOptionsOf,
+  setActuals,
   type TollgateRequestOptions,
 } from './request-options.js';
 
@@ -145,24 +143,17 @@ export function tollgateInterceptor(
 ): Dispatcher.DispatcherComposeInterceptor {
   const g = checkGate(gate);
   const o = checkOptions(options, knownOptions);
-  const price = checkPrice<
-    (opts: DispatchOptions) => number | undefined,
-    (response: UndiciResponseHead) => number | undefined
-  >(o['price']);
-  const keyHook = optionalFn<(opts: DispatchOptions) => string | undefined>('key', o['key']);
+  const shared = checkSharedOptions<TollgateInterceptorOptions>(o);
   const settings: Settings = Object.freeze({
     gate: g,
     requestHooks: Object.freeze({
-      key: keyHook ?? ((opts: DispatchOptions) => originOf(opts.origin)),
-      requestOptions: optionalFn<RequestHooks<DispatchOptions>['requestOptions']>(
-        'requestOptions',
-        o['requestOptions'],
-      ),
-      estimate: price.estimate,
+      key: shared.key ?? ((opts: DispatchOptions) => originOf(opts.origin)),
+      requestOptions: shared.requestOptions,
+      estimate: shared.estimate,
     }),
-    actualCost: optionalFn<Settings['actualCost']>('actualCost', o['actualCost']),
-    actualPrice: price.actual,
-    errorBody: checkErrorBody(o['errorBody']),
+    actualCost: shared.actualCost,
+    actualPrice: shared.actualPrice,
+    errorBody: shared.errorBody,
     replayBodyMaxBytes:
       o['replayBodyMaxBytes'] === undefined
         ? 1_048_576
@@ -552,7 +543,7 @@ class Attempt implements DispatchHandler {
 
   inspect(): Inspection | Promise<Inspection> {
     const { settings, opts } = this.request;
-    const inspection: { -readonly [K in keyof Inspection]: Inspection[K] } = {
+    const inspection: MutableInspection = {
       status: this.statusCode,
       headers: this.headers,
       method: opts.method,
@@ -561,10 +552,11 @@ class Attempt implements DispatchHandler {
     };
     if (settings.actualCost !== undefined || settings.actualPrice !== undefined) {
       const head: UndiciResponseHead = { statusCode: this.statusCode, headers: this.headers, opts };
-      const actualCost = costOrUndefined(hook(() => settings.actualCost?.(head)));
-      if (actualCost !== undefined) inspection.actualCost = actualCost;
-      const actualPriceMicros = priceOrUndefined(hook(() => settings.actualPrice?.(head)));
-      if (actualPriceMicros !== undefined) inspection.actualPriceMicros = actualPriceMicros;
+      setActuals(
+        inspection,
+        hook(() => settings.actualCost?.(head)),
+        hook(() => settings.actualPrice?.(head)),
+      );
     }
     const limits = settings.errorBody;
     if (
