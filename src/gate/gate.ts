@@ -21,12 +21,12 @@ import {
   type InvalidOptionError,
   QueueFullError,
   QueueTimeoutError,
-  RateLimitedError,
 } from '../errors.js';
 import type { HeadersLike } from '../headers/headers-like.js';
 import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
 import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
 import { invalid } from '../validate.js';
+import { deadlineError, throttledError } from './call-errors.js';
 import { CallQueue, type QueueEntry } from './call-queue.js';
 import {
   type Dispose,
@@ -1286,7 +1286,7 @@ export class Gate {
       while (heap.length > 0 && (heap[0]!.removed || heap[0]!.deadline <= now)) {
         const call = heap[0]!;
         heapPop(heap);
-        if (!call.removed) this.refuse(call, this.deadlineError(call, now, false));
+        if (!call.removed) this.refuse(call, deadlineError(call, now, false));
       }
       if (p.queue?.peek() === undefined) {
         this.drain(p);
@@ -1365,22 +1365,11 @@ export class Gate {
     for (const call of queue.entries()) {
       const startAt = this.predict(p, call, from);
       if (startAt > call.deadline) {
-        this.refuse(call, this.deadlineError(call, startAt, call === fresh), true);
+        this.refuse(call, deadlineError(call, startAt, call === fresh), true);
         continue;
       }
       this.reserveInShadow(p, call, startAt);
     }
-  }
-
-  /** A call that cannot start in time: a queue timeout, or for a retry, the provider's refusal. */
-  private deadlineError(call: Call, startAt: number, predicted: boolean): Error & { code: string } {
-    if (call.attempt > 0) {
-      return new RateLimitedError(
-        `Call was rate limited and cannot be retried within maxQueueTimeMs ${call.maxQueueTimeMs}`,
-        { retryAt: startAt, attempts: call.attempt },
-      );
-    }
-    return new QueueTimeoutError(startAt - call.enqueuedAt, call.maxQueueTimeMs, predicted);
   }
 
   private replanAndDrain(p: Partition, now: number): void {
@@ -1453,7 +1442,7 @@ export class Gate {
       const pausedUntil = Math.max(this.pausedUntil, p.pausedUntil);
       if (pausedUntil > now) {
         if (pausedUntil > call.deadline) {
-          this.refuse(call, this.deadlineError(call, pausedUntil, false));
+          this.refuse(call, deadlineError(call, pausedUntil, false));
           continue;
         }
         this.waitUntil(p, pausedUntil, now);
@@ -1479,7 +1468,7 @@ export class Gate {
         startAt = Math.max(startAt, extraEarliest(p.extra, p.extra.states, call.cost, now));
       if (startAt > now) {
         if (startAt > call.deadline) {
-          this.refuse(call, this.deadlineError(call, startAt, false));
+          this.refuse(call, deadlineError(call, startAt, false));
           continue;
         }
         this.waitUntil(p, startAt, now);
@@ -1492,7 +1481,7 @@ export class Gate {
       }
       if (blocked !== undefined) {
         if (call.deadline <= now) {
-          this.refuse(call, this.deadlineError(call, now, false));
+          this.refuse(call, deadlineError(call, now, false));
           continue;
         }
         if (blocked === 'global') this.globalWaiters.add(p);
@@ -1503,7 +1492,7 @@ export class Gate {
       }
       if (call.deadline < now) {
         // Never start a call after its deadline (a late timer or a long synchronous task).
-        this.refuse(call, this.deadlineError(call, now, false));
+        this.refuse(call, deadlineError(call, now, false));
         continue;
       }
       queue.shift();
@@ -1679,18 +1668,9 @@ export class Gate {
     this.pausePartition(p, verdict.pauseUntil, reason, now);
     // A throttled response was not processed: charge only what the provider said it charged.
     this.settleBudget(call, inspection.actualPriceMicros ?? 0);
-    const retryAt = verdict.kind === 'refuse' ? verdict.retryAt : verdict.pauseUntil;
     call.reject(
-      new RateLimitedError(
-        verdict.kind === 'refuse' && verdict.reason === 'retry-after-cap'
-          ? `Provider asked to wait ${verdict.delayMs} ms, more than maxRetryAfterMs ${adapt.maxRetryAfterMs}`
-          : verdict.kind === 'refuse'
-            ? `Rate limited after ${call.attempt} attempt(s)`
-            : `Rate limited; the retry could not start within maxQueueTimeMs ${call.maxQueueTimeMs}`,
-        { retryAt, retryAfterMs: verdict.delayMs, attempts: call.attempt, status: inspection.status },
-        // The last response (its body released), for callers who want its headers.
-        { cause: value },
-      ),
+      // The last response (its body released) is the cause, for callers who want its headers.
+      throttledError(verdict, call, adapt.maxRetryAfterMs, inspection.status, { cause: value }),
     );
   }
 

@@ -14,11 +14,11 @@ import {
   GateClosedError,
   InvalidCostError,
   QueueFullError,
-  QueueTimeoutError,
   RateLimitedError,
   StoreUnavailableError,
   TollgateError,
 } from '../errors.js';
+import { deadlineError, throttledError } from '../gate/call-errors.js';
 import { type Dispose, Emitter, type Listener, type RefusedEvent, type StartEvent } from '../gate/events.js';
 import {
   createGate,
@@ -521,7 +521,7 @@ export class SharedGate {
     if (!d.ok) {
       if (d.reason === 'concurrency') {
         if (now >= call.deadline) {
-          this.refuse(call, this.deadlineError(call, Infinity, false));
+          this.refuse(call, deadlineError(call, Infinity, false));
           return;
         }
         // Permits are held by calls in other processes: ask again shortly (or at the deadline).
@@ -534,7 +534,7 @@ export class SharedGate {
         return;
       }
       // The store's wait is from its now; the deadline counts from enqueueing.
-      this.refuse(call, this.deadlineError(call, now + d.retryAfterMs, call.attempt === 0));
+      this.refuse(call, deadlineError(call, now + d.retryAfterMs, call.attempt === 0));
       return;
     }
     call.reservation = d;
@@ -624,7 +624,7 @@ export class SharedGate {
       this.heap.pop();
       if (head.state === 'waiting') this.startOrReserveAgain(head, head.at, now);
       else if (head.state === 'retrying') {
-        if (now >= head.deadline) this.refuse(head, this.deadlineError(head, Infinity, false));
+        if (now >= head.deadline) this.refuse(head, deadlineError(head, Infinity, false));
         else this.submit(head);
       }
     }
@@ -753,19 +753,7 @@ export class SharedGate {
     }
     // A throttled response was not processed: charge only what the provider said it charged.
     this.settleBudget(call, inspection.actualPriceMicros ?? 0);
-    const retryAt = verdict.kind === 'refuse' ? verdict.retryAt : verdict.pauseUntil;
-    this.settle(
-      call,
-      new RateLimitedError(
-        verdict.kind === 'refuse' && verdict.reason === 'retry-after-cap'
-          ? `Provider asked to wait ${verdict.delayMs} ms, more than maxRetryAfterMs ${adapt.maxRetryAfterMs}`
-          : verdict.kind === 'refuse'
-            ? `Rate limited after ${call.attempt} attempt(s)`
-            : `Rate limited; the retry could not start within maxQueueTimeMs ${call.maxQueueTimeMs}`,
-        { retryAt, retryAfterMs: verdict.delayMs, attempts: call.attempt, status: inspection.status },
-      ),
-      false,
-    );
+    this.settle(call, throttledError(verdict, call, adapt.maxRetryAfterMs, inspection.status), false);
   }
 
   /** A throttled call goes back to reserve again (it pays quota again, after the pause). */
@@ -873,7 +861,7 @@ export class SharedGate {
     for (let i = held.length - 1; i >= 0; i--) {
       const call = held[i]!;
       if (untilLocal > call.deadline) {
-        this.refuse(call, this.deadlineError(call, untilLocal, false));
+        this.refuse(call, deadlineError(call, untilLocal, false));
         continue;
       }
       this.submit(call);
@@ -1053,16 +1041,6 @@ export class SharedGate {
         // An unreachable ledger keeps the reservation, which counts at its estimate when it expires.
       },
     );
-  }
-
-  private deadlineError(call: SharedCall, startAt: number, predicted: boolean): Error & { code: string } {
-    if (call.attempt > 0) {
-      return new RateLimitedError(
-        `Call was rate limited and cannot be retried within maxQueueTimeMs ${call.maxQueueTimeMs}`,
-        { retryAt: startAt, attempts: call.attempt },
-      );
-    }
-    return new QueueTimeoutError(startAt - call.enqueuedAt, call.maxQueueTimeMs, predicted);
   }
 
   private settledForClose(): boolean {
