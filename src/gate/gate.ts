@@ -1096,22 +1096,8 @@ export class Gate {
     this.inFlight--;
     const now = this.clock.now();
     if (this.recounts) this.recount(p, gcores, gcosts, kcores, kcosts, startedAt, now);
-    let global = false;
-    for (let i = 0; i < gcores.length; i++) {
-      if (gcores[i]!.timed || !gcosts[i]) continue;
-      const j = this.currentIndex(gcores[i]!, this.globalCores);
-      if (j < 0) continue;
-      this.globalStates[j] = this.globalCores[j]!.refund(this.globalStates[j], gcosts[i]!, now, now);
-      global = true;
-    }
-    let keyed = false;
-    for (let i = 0; i < kcores.length; i++) {
-      if (kcores[i]!.timed || !kcosts[i]) continue;
-      const j = this.currentIndex(kcores[i]!, this.keyCores);
-      if (j < 0) continue;
-      p.keyStates[j] = this.keyCores[j]!.refund(p.keyStates[j], kcosts[i]!, now, now);
-      keyed = true;
-    }
+    const global = this.refundPermits(gcores, gcosts, this.globalCores, this.globalStates, now);
+    const keyed = this.refundPermits(kcores, kcosts, this.keyCores, p.keyStates, now);
     if (keyed && p.waitingKey) {
       p.waitingKey = false;
       this.drain(p);
@@ -1122,6 +1108,29 @@ export class Gate {
       for (const waiter of waiters) this.drain(waiter);
     }
     this.maybeSettleClose();
+  }
+
+  /**
+   * Give back the concurrency permits a call took (`costs` on `cores`, the limits when it started)
+   * to the limits of `current` that carry their counts now; `states` are those limits' states.
+   * True when a permit went back.
+   */
+  private refundPermits(
+    cores: readonly LimitCore[],
+    costs: readonly number[],
+    current: readonly LimitCore[],
+    states: unknown[],
+    now: number,
+  ): boolean {
+    let refunded = false;
+    for (let i = 0; i < cores.length; i++) {
+      if (cores[i]!.timed || !costs[i]) continue;
+      const j = this.currentIndex(cores[i]!, current);
+      if (j < 0) continue;
+      states[j] = current[j]!.refund(states[j], costs[i]!, now, now);
+      refunded = true;
+    }
+    return refunded;
   }
 
   /**
@@ -1241,12 +1250,7 @@ export class Gate {
         return;
       }
     }
-    const queue = p.queue ?? new CallQueue<Call>();
-    p.queue = queue;
-    queue.push(call);
-    this.queuedTotal++;
-    this.listenForAbort(call);
-    this.trackDeadline(p, call);
+    const queue = this.queueCall(p, call, false);
     if (appending) {
       this.reserveInShadow(p, call, startAt);
     } else {
@@ -1266,6 +1270,21 @@ export class Gate {
       // Behind a waiting head: the one timer must also wake for this call's deadline.
       this.arm(p, call.deadline, now);
     }
+  }
+
+  /**
+   * Put `call` in its partition's queue (at the head for a throttled call going back) and count and
+   * watch it (queued total, abort, deadline) until it leaves.
+   */
+  private queueCall(p: Partition, call: Call, atHead: boolean): CallQueue<Call> {
+    const queue = p.queue ?? new CallQueue<Call>();
+    p.queue = queue;
+    if (atHead) queue.unshift(call);
+    else queue.push(call);
+    this.queuedTotal++;
+    this.listenForAbort(call);
+    this.trackDeadline(p, call);
+    return queue;
   }
 
   private trackDeadline(p: Partition, call: Call): void {
@@ -1722,12 +1741,7 @@ export class Gate {
       this.rejectCall(call, new AbortedError(call.signal.reason));
       return;
     }
-    const queue = p.queue ?? new CallQueue<Call>();
-    p.queue = queue;
-    queue.unshift(call);
-    this.queuedTotal++;
-    this.listenForAbort(call);
-    this.trackDeadline(p, call);
+    this.queueCall(p, call, true);
     this.replanAndDrain(p, now);
   }
 
