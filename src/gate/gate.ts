@@ -1168,7 +1168,6 @@ export class Gate {
     if (p.queue !== undefined) this.drain(p);
   }
 
-  /** Where `core`'s count lives now: its index in `cores`, following `setLimits` replacements. */
   /**
    * Move a settled call's entries in window limits from its start to the moment it settled: the
    * provider counted the request when it arrived, which is no later than its response, so a window
@@ -1207,6 +1206,7 @@ export class Gate {
     }
   }
 
+  /** Where `core`'s count lives now: its index in `cores`, following `setLimits` replacements. */
   private currentIndex(core: LimitCore, cores: readonly LimitCore[]): number {
     let current: LimitCore | undefined = core;
     for (let hops = 0; current !== undefined && hops < 64; hops++) {
