@@ -278,11 +278,13 @@ export class SharedGate {
       const { cost, key, inspect, signal } = o;
       // The in-memory gate's checks and messages, in this gate's order; null options take defaults.
       checkKey(key);
-      const priority = checkPriority(o.priority ?? 0);
-      const maxQueueTimeMs = checkMaxQueueTimeMs(o.maxQueueTimeMs ?? this.o.maxQueueTimeMs);
+      // `null` is garbage, not "unset": checked as given, like the in-memory gate does.
+      const priority = o.priority === undefined ? 0 : checkPriority(o.priority);
+      const maxQueueTimeMs =
+        o.maxQueueTimeMs === undefined ? this.o.maxQueueTimeMs : checkMaxQueueTimeMs(o.maxQueueTimeMs);
       checkSignal(signal);
       checkInspect(inspect);
-      const priceMicros = checkPriceMicros(o.priceMicros ?? 0);
+      const priceMicros = o.priceMicros === undefined ? 0 : checkPriceMicros(o.priceMicros);
       const info = key === undefined ? this.defaultInfo : this.infoFor(key);
       const costs = this.costsFor(cost, info.levels);
       if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));

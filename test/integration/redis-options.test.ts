@@ -80,6 +80,14 @@ describe('createSharedGate options', () => {
     await expect(gate.schedule(fn, { signal: {} as never })).rejects.toMatchObject({ option: 'signal' });
     await expect(gate.schedule(fn, { inspect: 'yes' as never })).rejects.toMatchObject({ option: 'inspect' });
     await expect(gate.schedule(fn, { priceMicros: 0.5 })).rejects.toBeInstanceOf(InvalidCostError);
+    // null is garbage, not "unset" (as for the in-memory gate).
+    await expect(gate.schedule(fn, { priority: null as never })).rejects.toMatchObject({
+      option: 'priority',
+    });
+    await expect(gate.schedule(fn, { maxQueueTimeMs: null as never })).rejects.toMatchObject({
+      option: 'maxQueueTimeMs',
+    });
+    await expect(gate.schedule(fn, { priceMicros: null as never })).rejects.toBeInstanceOf(InvalidCostError);
     await expect(gate.schedule('fn' as never)).rejects.toMatchObject({ option: 'fn' });
     expect(() => gate.pause(Number.NaN)).toThrow(InvalidOptionError);
     expect(() => gate.pauseFor(-1)).toThrow(InvalidOptionError);
