@@ -370,9 +370,7 @@ function matchPrevious(previous: readonly LimitCore[], next: readonly LimitCore[
   return next.map((core, i) => {
     if (core.timed) {
       const old = previous[i];
-      return old !== undefined && old.timed && old.algorithm === core.algorithm && old.unit === core.unit
-        ? i
-        : undefined;
+      return old?.timed && old.algorithm === core.algorithm && old.unit === core.unit ? i : undefined;
     }
     const occurrence = seen.get(core.unit) ?? 0;
     seen.set(core.unit, occurrence + 1);
