@@ -39,6 +39,7 @@ import {
   type ResumeEvent,
   type StartEvent,
 } from './events.js';
+import { inspectOutcome } from './inspect-outcome.js';
 import { buildCores, type GateOptions, validateGateOptions } from './options.js';
 import {
   checkCapacity,
@@ -1616,20 +1617,7 @@ export class Gate {
   private completed(call: Call, value: unknown): void {
     if (this.observe)
       this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts, call.startedAt);
-    let inspection: Inspection | undefined | Promise<Inspection | undefined>;
-    try {
-      inspection = call.inspect?.(value as never);
-    } catch {
-      inspection = undefined;
-    }
-    if (inspection instanceof Promise) {
-      inspection.then(
-        (result) => this.afterInspection(call, value, result),
-        () => this.afterInspection(call, value, undefined),
-      );
-    } else {
-      this.afterInspection(call, value, inspection);
-    }
+    inspectOutcome(call.inspect, value, (inspection) => this.afterInspection(call, value, inspection));
   }
 
   private afterInspection(call: Call, value: unknown, inspection: Inspection | undefined): void {

@@ -27,6 +27,7 @@ import {
   type Inspection,
   type ScheduleOptions,
 } from '../gate/gate.js';
+import { inspectOutcome } from '../gate/inspect-outcome.js';
 import {
   checkCapacity,
   checkCost,
@@ -685,20 +686,7 @@ export class SharedGate {
   }
 
   private completed(call: SharedCall, value: unknown): void {
-    let inspection: Inspection | undefined | Promise<Inspection | undefined>;
-    try {
-      inspection = call.inspect?.(value as never);
-    } catch {
-      inspection = undefined;
-    }
-    if (isPromise(inspection)) {
-      inspection.then(
-        (result) => this.afterInspection(call, value, result),
-        () => this.afterInspection(call, value, undefined),
-      );
-    } else {
-      this.afterInspection(call, value, inspection);
-    }
+    inspectOutcome(call.inspect, value, (inspection) => this.afterInspection(call, value, inspection));
   }
 
   private afterInspection(call: SharedCall, value: unknown, inspection: Inspection | undefined): void {

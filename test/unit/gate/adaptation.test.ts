@@ -61,6 +61,33 @@ describe('gate adaptation: 429 and Retry-After', () => {
     expect(api.sent.map((s) => s.at - T0)).toEqual([0, 2000, 2000]);
   });
 
+  it('waits for an inspection returned as a promise or any thenable, and ignores one that rejects', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const throttled = { status: 429, headers: { 'retry-after': '3' } };
+    // A thenable that is not a native promise (as some HTTP clients return).
+    const thenable = { then: (resolve: (i: Inspection) => void) => resolve(throttled) };
+    const first = gate.schedule(async () => 'a', {
+      key: 'x',
+      inspect: () => thenable as never,
+      maxQueueTimeMs: 0,
+    });
+    await expect(first).rejects.toBeInstanceOf(RateLimitedError);
+    expect(gate.stats('x').partition.pausedUntil).toBe(T0 + 3000);
+    const rejecting = gate.schedule(async () => 'b', {
+      key: 'y',
+      inspect: () => Promise.reject(new Error('bad')),
+    });
+    await expect(rejecting).resolves.toBe('b');
+    const asynchronous = gate.schedule(async () => 'c', {
+      key: 'z',
+      inspect: async () => throttled,
+      maxQueueTimeMs: 0,
+    });
+    await expect(asynchronous).rejects.toBeInstanceOf(RateLimitedError);
+    expect(gate.stats('z').partition.pausedUntil).toBe(T0 + 3000);
+  });
+
   it('refuses at once a queued call whose deadline the pause makes unreachable', async () => {
     const clock = new ManualClock(T0);
     const gate = createGate({ clock });
