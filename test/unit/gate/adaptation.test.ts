@@ -66,6 +66,7 @@ describe('gate adaptation: 429 and Retry-After', () => {
     const gate = createGate({ clock });
     const throttled = { status: 429, headers: { 'retry-after': '3' } };
     // A thenable that is not a native promise (as some HTTP clients return).
+    // biome-ignore lint/suspicious/noThenProperty: a thenable that is not a promise is what this test feeds the gate
     const thenable = { then: (resolve: (i: Inspection) => void) => resolve(throttled) };
     const first = gate.schedule(async () => 'a', {
       key: 'x',
