@@ -57,18 +57,23 @@ export function loadedScript(name: string, source: string): LoadedScript {
   return { name, source, sha: createHash('sha1').update(source).digest('hex') };
 }
 
-interface Pending {
+/** One command's deadline; `settled` once it answered, failed or timed out (whichever came first). */
+interface Watch {
   readonly deadline: number;
   readonly reject: (error: StoreUnavailableError) => void;
+  settled: boolean;
 }
 
 /**
  * Runs commands with a deadline. All commands share one timeout, so deadlines are ordered as the
- * commands were sent and a single timer, armed for the oldest, watches them all.
+ * commands were sent: the watches form a queue, and a single timer, armed for the oldest unsettled
+ * one, watches them all. Settled watches leave the head of the queue at once, so on a healthy
+ * connection (answers in order) it holds only the commands in flight, and no record of an answered
+ * command outlives it (a long-lived record would be copied by every young-generation GC).
  */
 export class CommandRunner {
-  private readonly pending = new Map<number, Pending>();
-  private nextId = 0;
+  private watches: Watch[] = [];
+  private head = 0;
   private timer: ReturnType<typeof setTimeout> | undefined = undefined;
   /** Commands sent (EVALSHA, SCRIPT LOAD, EVAL...): the bench reads it for round trips. */
   commands = 0;
@@ -106,12 +111,12 @@ export class CommandRunner {
     onError: (error: StoreUnavailableError) => void,
   ): void {
     this.commands++;
-    const id = this.track(onError);
+    const watch = this.track(onError);
     const failed = (error: unknown) => {
-      if (this.pending.delete(id)) onError(unavailable(error, script.name));
+      if (this.settle(watch)) onError(unavailable(error, script.name));
     };
     const done = (reply: unknown) => {
-      if (!this.pending.delete(id)) return;
+      if (!this.settle(watch)) return;
       try {
         onReply(reply);
       } catch (error) {
@@ -135,39 +140,70 @@ export class CommandRunner {
 
   /** Reject everything pending (closing). */
   abandon(): void {
-    for (const p of this.pending.values())
-      p.reject(new StoreUnavailableError('Redis store closed with a command in flight'));
-    this.pending.clear();
+    const watches = this.watches;
+    const head = this.head;
+    this.watches = [];
+    this.head = 0;
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = undefined;
+    for (let i = head; i < watches.length; i++) {
+      const w = watches[i]!;
+      if (w.settled) continue;
+      w.settled = true;
+      w.reject(new StoreUnavailableError('Redis store closed with a command in flight'));
+    }
   }
 
   private watch(promise: Promise<unknown>, what: string): Promise<unknown> {
     return new Promise((resolve, reject) => {
-      const id = this.track(reject);
+      const watch = this.track(reject);
       promise.then(
         (value) => {
-          if (this.pending.delete(id)) resolve(value);
+          if (this.settle(watch)) resolve(value);
         },
         (error: unknown) => {
-          if (this.pending.delete(id)) reject(unavailable(error, what));
+          if (this.settle(watch)) reject(unavailable(error, what));
         },
       );
     });
   }
 
-  /** Watch a command's deadline; the caller deletes the returned id when the command answers. */
-  private track(reject: (error: StoreUnavailableError) => void): number {
-    const id = this.nextId++;
-    this.pending.set(id, { deadline: performance.now() + this.timeoutMs, reject });
+  /** Watch a command's deadline; the caller settles the returned watch when the command answers. */
+  private track(reject: (error: StoreUnavailableError) => void): Watch {
+    const watch: Watch = { deadline: performance.now() + this.timeoutMs, reject, settled: false };
+    this.watches.push(watch);
     if (this.timer === undefined) this.arm();
-    return id;
+    return watch;
+  }
+
+  /** Settle `watch`: true the first time (its caller answers), false if it was settled already. */
+  private settle(watch: Watch): boolean {
+    if (watch.settled) return false;
+    watch.settled = true;
+    this.trim();
+    return true;
+  }
+
+  /** Drop settled watches from the head of the queue. */
+  private trim(): void {
+    const watches = this.watches;
+    let head = this.head;
+    while (head < watches.length && watches[head]!.settled) head++;
+    if (head === watches.length) {
+      watches.length = 0;
+      head = 0;
+    } else if (head >= 1024 && head * 2 >= watches.length) {
+      // Answers out of order (a slow command at the head): compact now and then.
+      watches.splice(0, head);
+      head = 0;
+    }
+    this.head = head;
   }
 
   private arm(): void {
-    const first = this.pending.values().next();
-    if (first.done) return;
-    const delayMs = Math.max(0, Math.ceil(first.value.deadline - performance.now()));
+    const first = this.watches[this.head];
+    if (first === undefined) return;
+    const delayMs = Math.max(0, Math.ceil(first.deadline - performance.now()));
     this.timer = setTimeout(() => this.expire(), delayMs);
     // A pending command must not keep the process alive on its own.
     this.timer.unref?.();
@@ -176,11 +212,15 @@ export class CommandRunner {
   private expire(): void {
     this.timer = undefined;
     const now = performance.now();
-    for (const [id, p] of this.pending) {
-      if (p.deadline > now) break;
-      this.pending.delete(id);
-      p.reject(new StoreUnavailableError(`Redis did not answer within commandTimeoutMs ${this.timeoutMs}`));
+    const watches = this.watches;
+    for (let i = this.head; i < watches.length; i++) {
+      const w = watches[i]!;
+      if (w.settled) continue;
+      if (w.deadline > now) break;
+      w.settled = true;
+      w.reject(new StoreUnavailableError(`Redis did not answer within commandTimeoutMs ${this.timeoutMs}`));
     }
+    this.trim();
     this.arm();
   }
 }

@@ -1,0 +1,116 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { StoreUnavailableError } from '../../../src/errors.js';
+import { CommandRunner, loadedScript, type RedisClient } from '../../../src/redis/redis-client.js';
+
+/** A client whose commands answer only when the test says so, in any order. */
+function fakeClient() {
+  const calls: { command: string; args: unknown[]; answer: (v: unknown) => void; fail: (e: unknown) => void }[] = [];
+  const client = {
+    call(command: string, args: unknown[]) {
+      return new Promise((answer, fail) => calls.push({ command, args, answer, fail }));
+    },
+  } as unknown as RedisClient;
+  return { client, calls };
+}
+
+const script = loadedScript('test script', 'return 1');
+
+/** Run `n` EVALSHAs; each records how it ended. */
+function run(runner: CommandRunner, n: number) {
+  const outcomes: string[] = Array.from({ length: n }, () => 'pending');
+  for (let i = 0; i < n; i++) {
+    runner.evalshaArgs(
+      script,
+      [script.sha, 0, i],
+      (reply) => {
+        outcomes[i] = outcomes[i] === 'pending' ? `reply ${String(reply)}` : 'settled twice';
+      },
+      (error) => {
+        expect(error).toBeInstanceOf(StoreUnavailableError);
+        outcomes[i] = outcomes[i] === 'pending' ? `error ${error.message}` : 'settled twice';
+      },
+    );
+  }
+  return outcomes;
+}
+
+describe('CommandRunner: one deadline per command, watched by one timer', () => {
+  beforeEach(() => {
+    vi.useFakeTimers();
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('times out only the commands past their deadline, each once, and ignores their late answers', async () => {
+    const { client, calls } = fakeClient();
+    const runner = new CommandRunner(client, 100);
+    const first = run(runner, 2);
+    await vi.advanceTimersByTimeAsync(60);
+    const second = run(runner, 1);
+    calls[1]!.answer('b');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(first).toEqual(['pending', 'reply b']);
+    // The first command's deadline passes; the third (sent 60 ms later) still has 60 ms.
+    await vi.advanceTimersByTimeAsync(41);
+    expect(first[0]).toMatch(/^error Redis did not answer within commandTimeoutMs 100/);
+    expect(second).toEqual(['pending']);
+    calls[0]!.answer('late');
+    calls[2]!.answer('c');
+    await vi.advanceTimersByTimeAsync(200);
+    expect(first[0]).toMatch(/^error /);
+    expect(second).toEqual(['reply c']);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('keeps watching commands answered out of order, across its compaction', async () => {
+    const { client, calls } = fakeClient();
+    const runner = new CommandRunner(client, 1_000);
+    // Command 1,500 hangs while the 2,999 others answer: the queue compacts when it reaches the head.
+    const outcomes = run(runner, 3_000);
+    for (let i = 0; i < calls.length; i++) if (i !== 1_500) calls[i]!.answer(i);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(outcomes.filter((o) => o.startsWith('reply')).length).toBe(2_999);
+    const late = run(runner, 1);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(outcomes[1_500]).toMatch(/^error Redis did not answer/);
+    expect(late).toEqual(['error Redis did not answer within commandTimeoutMs 1000']);
+    expect(outcomes.filter((o) => o === 'settled twice')).toEqual([]);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('a failed command is reported once, as StoreUnavailableError naming the script', async () => {
+    const { client, calls } = fakeClient();
+    const runner = new CommandRunner(client, 1_000);
+    const outcomes = run(runner, 1);
+    calls[0]!.fail(new Error('connection lost'));
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(outcomes).toEqual(['error Redis test script failed: connection lost']);
+  });
+
+  it('abandon rejects what is in flight and a later answer changes nothing', async () => {
+    const { client, calls } = fakeClient();
+    const runner = new CommandRunner(client, 1_000);
+    const outcomes = run(runner, 3);
+    calls[1]!.answer('b');
+    await vi.advanceTimersByTimeAsync(0);
+    runner.abandon();
+    calls[0]!.answer('a');
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(outcomes).toEqual([
+      'error Redis store closed with a command in flight',
+      'reply b',
+      'error Redis store closed with a command in flight',
+    ]);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('call() shares the deadline watch', async () => {
+    const { client } = fakeClient();
+    const runner = new CommandRunner(client, 50);
+    const answer = runner.call('PING');
+    const seen = answer.catch((error: unknown) => error);
+    await vi.advanceTimersByTimeAsync(51);
+    expect(await seen).toBeInstanceOf(StoreUnavailableError);
+  });
+});
