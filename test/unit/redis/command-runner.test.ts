@@ -4,7 +4,12 @@ import { CommandRunner, loadedScript, type RedisClient } from '../../../src/redi
 
 /** A client whose commands answer only when the test says so, in any order. */
 function fakeClient() {
-  const calls: { command: string; args: unknown[]; answer: (v: unknown) => void; fail: (e: unknown) => void }[] = [];
+  const calls: {
+    command: string;
+    args: unknown[];
+    answer: (v: unknown) => void;
+    fail: (e: unknown) => void;
+  }[] = [];
   const client = {
     call(command: string, args: unknown[]) {
       return new Promise((answer, fail) => calls.push({ command, args, answer, fail }));
