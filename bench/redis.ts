@@ -9,12 +9,18 @@ import { createLimit } from '../src/core/create-limit.js';
 import { RedisStore } from '../src/redis/redis-store.js';
 import { createSharedGate } from '../src/redis/shared-gate.js';
 import type { StoreLevel } from '../src/redis/store.js';
-import { fmt, percentile, table } from './stats.js';
+import { fmt, median, percentile, table } from './stats.js';
 
 const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const TARGET_PER_SEC = 20_000;
 const CLOSED_MS = 1_500;
-const OPEN_MS = 3_000;
+const OPEN_MS = 2_000;
+/**
+ * Open-loop runs per contender and load, interleaved across contenders (round 1 of each, then round
+ * 2 of each, ...): a tail latency from one run on a shared machine is mostly that moment's noise,
+ * so the table gives the median run and the range.
+ */
+const ROUNDS = 5;
 const CONCURRENCY = 64;
 
 interface Contender {
@@ -52,7 +58,7 @@ async function client(autoPipelining: boolean): Promise<{ client: Redis; count: 
 
 const never = { algorithm: 'token-bucket', limit: 1e9, intervalMs: 1000 } as const;
 
-async function tollgateStore(name: string, autoPipelining: boolean, batch: boolean): Promise<Contender> {
+export async function tollgateStore(name: string, autoPipelining: boolean, batch: boolean): Promise<Contender> {
   const c = await client(autoPipelining);
   const store = new RedisStore({ redis: c.client, keyPrefix: `bench-${process.pid}`, batch });
   await store.preload();
@@ -86,7 +92,7 @@ async function tollgateGate(): Promise<Contender> {
   };
 }
 
-async function rateLimiterFlexible(name: string, autoPipelining: boolean): Promise<Contender | string> {
+export async function rateLimiterFlexible(name: string, autoPipelining: boolean): Promise<Contender | string> {
   let RateLimiterRedis: new (options: Record<string, unknown>) => { consume(key: string): Promise<unknown> };
   try {
     ({ RateLimiterRedis } = createRequire(import.meta.url)('rate-limiter-flexible'));
@@ -141,7 +147,7 @@ interface Result {
 }
 
 /** Closed loop: `concurrency` decisions in flight for `durationMs`; each completion issues the next. */
-async function closedLoop(c: Contender, concurrency: number, durationMs: number): Promise<Result> {
+export async function closedLoop(c: Contender, concurrency: number, durationMs: number): Promise<Result> {
   const latencies: number[] = [];
   const commands0 = c.commands();
   const t0 = performance.now();
@@ -178,7 +184,7 @@ type Pacing = 'spin' | 'ticks';
  * at 5,000 outstanding decisions: its achieved rate shows it. The issuing loop is callbacks, not a
  * promise per turn: the harness itself should allocate (and collect) as little as possible.
  */
-async function openLoop(
+export async function openLoop(
   c: Contender,
   ratePerSec: number,
   durationMs: number,
@@ -208,7 +214,10 @@ async function openLoop(
         issued++;
         if (outstanding >= 5_000) continue;
         outstanding++;
-        c.decide().then(answer(performance.now()));
+        // The clock is read before the call: a contender that writes to Redis synchronously inside
+        // decide() must not have that write left out of its latency.
+        const start = performance.now();
+        c.decide().then(answer(start));
       }
       if (pacing === 'spin') setImmediate(turn);
       else setTimeout(turn, 1);
@@ -247,57 +256,83 @@ async function answers(): Promise<boolean> {
   }
 }
 
+/** The median run of `runs` (by p99), with the p99 range across them. */
+function summary(runs: readonly Result[]): { median: Result; p99Min: number; p99Max: number } {
+  const byP99 = [...runs].sort((a, b) => a.p99Ms - b.p99Ms);
+  return {
+    median: {
+      ratePerSec: median(runs.map((r) => r.ratePerSec)),
+      p50Ms: median(runs.map((r) => r.p50Ms)),
+      p99Ms: median(runs.map((r) => r.p99Ms)),
+      commandsPerDecision: median(runs.map((r) => r.commandsPerDecision)),
+      loopDelayP99Ms: median(runs.map((r) => r.loopDelayP99Ms ?? Number.NaN)),
+    },
+    p99Min: byP99[0]!.p99Ms,
+    p99Max: byP99[byP99.length - 1]!.p99Ms,
+  };
+}
+
+interface Spec {
+  readonly make: () => Promise<Contender | string>;
+  /** Also measure one decision at a time. */
+  readonly sequential: boolean;
+  /** Open-loop rounds (Bottleneck gets one: it cannot keep up, and each run drains a long backlog). */
+  readonly rounds: number;
+}
+
 /** decisions/s, p50/p99 decision latency and commands per decision for each contender. */
 export async function redisBench(): Promise<{ markdown: string }> {
   if (!(await answers())) return { markdown: `_Skipped: no Redis server answers at ${REDIS_URL}._` };
   const rows: (string | number)[][] = [];
   const notes: string[] = [];
-  const row = (name: string, mode: string, r: Result) =>
+  const row = (name: string, mode: string, r: Result, range?: [number, number]) =>
     rows.push([
       name,
       mode,
       fmt(r.ratePerSec),
       fmt(r.p50Ms, 3),
       fmt(r.p99Ms, 3),
+      range === undefined ? '' : `${fmt(range[0], 2)}–${fmt(range[1], 2)}`,
       r.loopDelayP99Ms === undefined ? '' : fmt(r.loopDelayP99Ms, 2),
       fmt(r.commandsPerDecision, 2),
     ]);
 
-  const contenders: { make: () => Promise<Contender | string>; sequential: boolean; open: boolean }[] = [
+  const specs: Spec[] = [
     {
       make: () => tollgateStore('tollgate RedisStore, batched, auto-pipelining', true, true),
       sequential: false,
-      open: true,
+      rounds: ROUNDS,
     },
     {
       make: () => tollgateStore('tollgate RedisStore, batched, no auto-pipelining', false, true),
       sequential: false,
-      open: true,
+      rounds: ROUNDS,
     },
     {
       make: () => tollgateStore('tollgate RedisStore, unbatched, auto-pipelining', true, false),
       sequential: false,
-      open: true,
+      rounds: ROUNDS,
     },
     {
       make: () => tollgateStore('tollgate RedisStore, unbatched, no auto-pipelining', false, false),
       sequential: true,
-      open: true,
+      rounds: ROUNDS,
     },
-    { make: () => tollgateGate(), sequential: false, open: true },
+    { make: () => tollgateGate(), sequential: false, rounds: ROUNDS },
     {
       make: () => rateLimiterFlexible('rate-limiter-flexible RateLimiterRedis, auto-pipelining', true),
       sequential: false,
-      open: true,
+      rounds: ROUNDS,
     },
     {
       make: () => rateLimiterFlexible('rate-limiter-flexible RateLimiterRedis, no auto-pipelining', false),
       sequential: true,
-      open: true,
+      rounds: ROUNDS,
     },
-    { make: () => bottleneck(), sequential: true, open: true },
+    { make: () => bottleneck(), sequential: true, rounds: 1 },
   ];
-  for (const spec of contenders) {
+  const contenders: { spec: Spec; contender: Contender; closed: [string, Result][] }[] = [];
+  for (const spec of specs) {
     const contender = await spec.make();
     if (typeof contender === 'string') {
       notes.push(contender);
@@ -305,19 +340,33 @@ export async function redisBench(): Promise<{ markdown: string }> {
     }
     // Warm-up: scripts loaded, JIT settled.
     await closedLoop(contender, CONCURRENCY, 300);
-    if (spec.sequential) row(contender.name, 'one at a time', await closedLoop(contender, 1, CLOSED_MS));
-    row(contender.name, `${CONCURRENCY} in flight`, await closedLoop(contender, CONCURRENCY, CLOSED_MS));
-    if (spec.open) {
-      row(
-        contender.name,
-        `offered ${fmt(TARGET_PER_SEC)}/s`,
-        await openLoop(contender, TARGET_PER_SEC, OPEN_MS, 'spin'),
-      );
-      row(
-        contender.name,
-        `offered ${fmt(TARGET_PER_SEC)}/s, 1 ms ticks`,
-        await openLoop(contender, TARGET_PER_SEC, OPEN_MS, 'ticks'),
-      );
+    const closed: [string, Result][] = [];
+    if (spec.sequential) closed.push(['one at a time', await closedLoop(contender, 1, CLOSED_MS)]);
+    closed.push([`${CONCURRENCY} in flight`, await closedLoop(contender, CONCURRENCY, CLOSED_MS)]);
+    contenders.push({ spec, contender, closed });
+  }
+  const loads: [string, Pacing][] = [
+    [`offered ${fmt(TARGET_PER_SEC)}/s`, 'spin'],
+    [`offered ${fmt(TARGET_PER_SEC)}/s, 1 ms ticks`, 'ticks'],
+  ];
+  const open = contenders.map(() => loads.map((): Result[] => []));
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [l, [, pacing]] of loads.entries()) {
+      for (const [i, { spec, contender }] of contenders.entries()) {
+        if (round >= spec.rounds) continue;
+        open[i]![l]!.push(await openLoop(contender, TARGET_PER_SEC, OPEN_MS, pacing));
+      }
+    }
+  }
+  for (const [i, { contender, closed }] of contenders.entries()) {
+    for (const [mode, result] of closed) row(contender.name, mode, result);
+    for (const [l, [mode]] of loads.entries()) {
+      const runs = open[i]![l]!;
+      const s = summary(runs);
+      row(contender.name, runs.length > 1 ? `${mode} (${runs.length} runs)` : mode, s.median, [
+        s.p99Min,
+        s.p99Max,
+      ]);
     }
     await contender.close();
   }
@@ -329,6 +378,7 @@ export async function redisBench(): Promise<{ markdown: string }> {
         'decisions/s',
         'p50 ms',
         'p99 ms',
+        'p99 range ms',
         'event-loop delay p99 ms',
         'Redis commands per decision',
       ],
@@ -339,7 +389,9 @@ export async function redisBench(): Promise<{ markdown: string }> {
       `"offered ${fmt(TARGET_PER_SEC)}/s": decisions issued at that rate regardless of answers for ${fmt(OPEN_MS / 1000, 1)} s, latency from issue to decision, ` +
       'issued on every turn of the event loop (about one at a time; the issuing loop never sleeps and keeps a core busy); ' +
       '"1 ms ticks": the same rate issued by a 1 ms timer (about 20 decisions at a time, the process sleeping in between). ' +
-      'Both are the same for every contender; the issuing loop runs on callbacks (no promise per turn) so the harness allocates little. ' +
+      `Each open-loop load runs ${ROUNDS} times per contender, interleaved (every contender's first run, then every contender's second, ...); ` +
+      'its row gives the median of the runs (decisions/s, p50, p99, event-loop delay) and the range of their p99s. ' +
+      'Both loads are the same for every contender; the issuing loop runs on callbacks (no promise per turn) so the harness allocates little. ' +
       '"batched": the tollgate store sends the decisions of one tick as one EVALSHA (its default, option `batch`); "unbatched": `batch: false`, one EVALSHA per decision. ' +
       'Commands are counted at the client (every command ioredis sends, pipelined or not); a command is one request and one reply. ' +
       "The event-loop delay column is the bench process's own scheduling noise during the open-loop run (a floor under its p99).",
