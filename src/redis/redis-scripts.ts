@@ -458,7 +458,8 @@ local function refund(L, cost, at, mark, id, now)
   end
   if algo == 'tb' or algo == 'lb' then
     local raw = redis.call('GET', L.key)
-    if raw and raw == mark then
+    -- Compared as numbers: a state written by the bucket script is Redis's decimal of the double.
+    if raw and tonumber(raw) == tonumber(mark) then
       local tat = tonumber(raw) - cost * L.T
       if tat > now then
         redis.call('SET', L.key, fmt(tat), 'PX', ttlUntil(tat, now))
@@ -613,7 +614,10 @@ return reply
  * Lean on purpose (it runs for nearly every decision): one `TIME` per run, each meta hash and each
  * level's state read once per run and each state written once at the end (later calls of the batch
  * see the earlier ones' takes through a table, as they would see their writes), and `now` is
- * answered as `TIME`'s own two integers, so a decision formats one number per level (its mark).
+ * answered as `TIME`'s own two integers. An admitted call formats no number: it answers what it read
+ * (the pause it waits for, each level's state) and the client computes startAt and the marks with the
+ * same operations on the same doubles; each state is written as a number, which Redis prints as a
+ * round-trip decimal.
  *
  * Calls of one shape and cost (the same keys and level arguments) form a class, sent once; each call
  * then sends only its class, now override and deadline.
@@ -624,7 +628,9 @@ return reply
  *   (slackMs '' = cost 0, level not consulted; 'x' = a cost above the level's capacity); then per
  *   call: its class (1-based), nowOverride ('' = TIME), maxWaitMs (-1 = none).
  * Reply: TIME's seconds and microseconds ('' '' when every call had a now override), then per call
- *   {1, startAt ('' = now), mark_1..mark_n} admitted, {0, waitMs (-1: unpredictable), reason}
+ *   {1, from, state_1..state_n} admitted (from: the text of the pause it starts after, '' = now;
+ *   state_i: the level's state as read, '' = none or cost 0, '=' = the mark of this run's previous
+ *   take on that level; the client computes startAt and the marks from them), {0, waitMs (-1: unpredictable), reason}
  *   refused, or {2}: not decided, nothing committed. The first call whose scope has learned limits
  *   answers 2 (it needs `RESERVE_LUA`), and so does every call after it, to be run again in order.
  */
@@ -657,11 +663,12 @@ for c = 1, tonumber(ARGV[2]) do
   a = a + 2 + 2 * n
 end
 
--- Per run: each meta hash's pause (false: none) and whether it holds learned limits; each level
--- state's TAT (false: no state) and, once taken, its text and TTL for the write at the end.
--- cur: the call's levels' TATs as read before its take (one table reused by every call).
-local pauses, learned = {}, {}
-local tats, texts, ttls, dirty, cur = {}, {}, {}, {}, {}
+-- Per run: each meta hash's pause (false: none), its text, and whether it holds learned limits;
+-- each level state's TAT (false: no state), its text as read, whether a call of this run took from
+-- it, and its TTL for the write at the end. cur: the call's levels' TATs as read before its take
+-- (one table reused by every call).
+local pauses, pauseTexts, learned = {}, {}, {}
+local tats, raws, taken, ttls, dirty, cur = {}, {}, {}, {}, {}, {}
 local nd = 0
 
 -- stop: a call met learned limits; it and every later call are left undecided (answered 2), so the
@@ -687,7 +694,7 @@ for a = a, #ARGV - 1, 3 do
       now = clock
     end
     -- Nothing starts before the latest pause that holds this call (the partition's, then the scope's).
-    local from = now
+    local from, fromText = now, ''
     for j = k + n + 1, k + n + m do
       local key = KEYS[j]
       local untilMs = pauses[key]
@@ -695,11 +702,16 @@ for a = a, #ARGV - 1, 3 do
         untilMs = false
         local flat = call('HGETALL', key)
         for f = 1, #flat, 2 do
-          if flat[f] == 'p' then untilMs = tonumber(flat[f + 1]) else learned[key] = true end
+          if flat[f] == 'p' then
+            untilMs = tonumber(flat[f + 1])
+            pauseTexts[key] = flat[f + 1]
+          else
+            learned[key] = true
+          end
         end
         pauses[key] = untilMs
       end
-      if untilMs and untilMs > from then from = untilMs end
+      if untilMs and untilMs > from then from, fromText = untilMs, pauseTexts[key] end
     end
     if learned[KEYS[k + n + m]] then
       stop = true
@@ -716,8 +728,10 @@ for a = a, #ARGV - 1, 3 do
           local key = KEYS[k + i]
           local tat = tats[key]
           if tat == nil then
-            tat = tonumber(call('GET', key) or '') or false
+            local raw = call('GET', key)
+            tat = tonumber(raw or '') or false
             tats[key] = tat
+            raws[key] = raw or ''
           end
           tat = tat or now
           cur[i] = tat
@@ -737,8 +751,10 @@ for a = a, #ARGV - 1, 3 do
           reply[r + 1], reply[r + 2], reply[r + 3] = 0, format('%.17g', startAt - now), 'wait'
           r = r + 3
         else
-          reply[r + 1] = 1
-          if startAt == now then reply[r + 2] = '' else reply[r + 2] = format('%.17g', startAt) end
+          -- Admitted. The reply carries what the decision read, not what it computed: the client
+          -- repeats the same arithmetic on the same doubles for startAt and each mark (formatting a
+          -- double in Lua costs more than the rest of a decision).
+          reply[r + 1], reply[r + 2] = 1, fromText
           r = r + 2
           for i = 1, n do
             r = r + 1
@@ -746,18 +762,19 @@ for a = a, #ARGV - 1, 3 do
               reply[r] = ''
             else
               local key = KEYS[k + i]
+              -- What the client starts from: the state as read ('' none), or '=' after a take of
+              -- this run (the client has that take's mark).
+              if taken[key] then reply[r] = '=' else reply[r] = raws[key] end
               -- core/gcra.ts gcraTake: max(TAT, startAt) + cost·T
               local tat = cur[i]
               if startAt > tat then tat = startAt end
               tat = tat + num[b + 2 * i]
-              local text = format('%.17g', tat)
-              reply[r] = text
               tats[key] = tat
-              if texts[key] == nil then
+              if not taken[key] then
+                taken[key] = true
                 nd = nd + 1
                 dirty[nd] = key
               end
-              texts[key] = text
               -- TTL (ms) until the TAT, at least 1 ms (and minTtl).
               local ttl = ceil(tat - now) + 1
               if ttl < minTtl then ttl = minTtl end
@@ -769,9 +786,10 @@ for a = a, #ARGV - 1, 3 do
     end
   end
 end
+-- A number argument is written by Redis as a round-trip decimal (%.17g, or the shortest form).
 for j = 1, nd do
   local key = dirty[j]
-  call('SET', key, texts[key], 'PX', ttls[key])
+  call('SET', key, tats[key], 'PX', ttls[key])
 end
 return reply
 `;

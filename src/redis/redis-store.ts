@@ -90,6 +90,9 @@ interface LevelInfo {
   cost: number;
   slackArg: string;
   stepArg: string;
+  /** The same two as numbers (NaN where the argument is '' or 'x'). */
+  slackMs: number;
+  stepMs: number;
 }
 const levelInfo = new WeakMap<StoreLevel, LevelInfo>();
 function infoOf(level: StoreLevel): LevelInfo {
@@ -102,6 +105,8 @@ function infoOf(level: StoreLevel): LevelInfo {
       cost: 0,
       slackArg: '',
       stepArg: '',
+      slackMs: Number.NaN,
+      stepMs: Number.NaN,
     };
     levelInfo.set(level, info);
   }
@@ -116,6 +121,8 @@ function infoOf(level: StoreLevel): LevelInfo {
  */
 function setBucketArgs(info: LevelInfo, spec: StoreLevel['spec'], cost: number): void {
   info.cost = cost;
+  info.slackMs = Number.NaN;
+  info.stepMs = Number.NaN;
   if (cost === 0) {
     // Not consulted.
     info.slackArg = '';
@@ -134,7 +141,9 @@ function setBucketArgs(info: LevelInfo, spec: StoreLevel['spec'], cost: number):
   const toleranceMs = tokenBucket ? spec.burst * emissionMs : cost * emissionMs;
   // stepMs = cost (units) × T (ms/unit): how far a take moves the TAT; slackMs = τ - cost·T.
   const stepMs = cost * emissionMs;
-  info.slackArg = String(toleranceMs - stepMs);
+  info.slackMs = toleranceMs - stepMs;
+  info.stepMs = stepMs;
+  info.slackArg = String(info.slackMs);
   info.stepArg = String(stepMs);
 }
 
@@ -182,6 +191,16 @@ function sameCosts(a: readonly number[], b: readonly number[]): boolean {
 }
 
 const num = (value: unknown): number => (value === '-1' ? Infinity : Number(value));
+
+/** A level's bucket constants for `cost` (cached for the last cost seen). */
+function bucketInfo(level: StoreLevel, cost: number): LevelInfo {
+  const info = infoOf(level);
+  if (info.cost !== cost) setBucketArgs(info, level.spec, cost);
+  return info;
+}
+
+/** The TATs of the call being answered (one array reused: answers are computed one at a time). */
+const scratch: number[] = [];
 
 let idCounter = 0;
 const idPrefix = digest(`${process.pid}:${Math.random()}:${Date.now()}`).slice(0, 8);
@@ -526,10 +545,7 @@ export class RedisStore implements Store {
     costs: readonly number[],
   ): void {
     for (let i = 0; i < levels.length; i++) {
-      const level = levels[i]!;
-      const info = infoOf(level);
-      const cost = costs[i]!;
-      if (info.cost !== cost) setBucketArgs(info, level.spec, cost);
+      const info = bucketInfo(levels[i]!, costs[i]!);
       args.push(info.slackArg, info.stepArg);
     }
   }
@@ -569,18 +585,47 @@ export class RedisStore implements Store {
     const serverNow = reply[0] === '' ? Number.NaN : Number(reply[0]) * 1000 + Number(reply[1]) / 1000;
     let r = 2;
     let undecided: Queued[] | undefined;
+    // Each level's mark after the latest take of this batch (a later call answers '=' for it).
+    const taken = batch.length > 1 ? new Map<string, number>() : undefined;
     for (const q of batch) {
       const now = q.nowArg === '' ? serverNow : q.nowMs;
       const kind = reply[r];
       if (kind === 1) {
-        const levels = q.shape.levels;
+        const { levels, keys } = q.shape;
         const n = levels.length;
-        const startText = reply[r + 1];
-        const marks = reply.slice(r + 2, r + 2 + n) as string[];
+        const costs = q.costs;
+        // The script's arithmetic, on what it read (see RESERVE_BUCKETS_LUA).
+        const fromText = reply[r + 1] as string;
+        const from = fromText === '' ? now : Number(fromText);
+        let startAt = from;
+        const tats = scratch;
+        for (let i = 0; i < n; i++) {
+          if (costs[i] === 0) continue;
+          const state = reply[r + 2 + i] as string;
+          // No state (or an unreadable one) is a TAT of now.
+          const read = state === '=' ? taken!.get(keys[i]!)! : state === '' ? now : Number(state);
+          const tat = Number.isNaN(read) ? now : read;
+          tats[i] = tat;
+          // core/gcra.ts gcraEarliestAt: max(TAT - slack, from)
+          let atMs = tat - bucketInfo(levels[i]!, costs[i]!).slackMs;
+          if (atMs < from) atMs = from;
+          if (atMs > startAt) startAt = atMs;
+        }
+        const marks: string[] = new Array(n);
+        for (let i = 0; i < n; i++) {
+          if (costs[i] === 0) {
+            marks[i] = '';
+            continue;
+          }
+          // core/gcra.ts gcraTake: max(TAT, startAt) + cost·T
+          const mark = Math.max(tats[i]!, startAt) + bucketInfo(levels[i]!, costs[i]!).stepMs;
+          marks[i] = String(mark);
+          taken?.set(keys[i]!, mark);
+        }
         r += 2 + n;
         q.resolve({
           ok: true,
-          startAt: startText === '' ? now : Number(startText),
+          startAt,
           serverNow: now,
           id: `${idPrefix}.${++idCounter}`,
           partition: q.partition,
