@@ -11,6 +11,7 @@ import {
   PAUSE_LUA,
   READ_PAUSE_LUA,
   REFUND_LUA,
+  RESERVE_BUCKET_LUA,
   RESERVE_BUCKETS_LUA,
   RESERVE_LUA,
   TIME_LUA,
@@ -75,6 +76,7 @@ const MAX_BATCH = 128;
 const scripts = {
   reserve: loadedScript('reserve', RESERVE_LUA),
   reserveBuckets: loadedScript('reserve (buckets)', RESERVE_BUCKETS_LUA),
+  reserveBucket: loadedScript('reserve (one bucket call)', RESERVE_BUCKET_LUA),
   refund: loadedScript('refund', REFUND_LUA),
   pause: loadedScript('pause', PAUSE_LUA),
   readPause: loadedScript('readPause', READ_PAUSE_LUA),
@@ -512,12 +514,12 @@ export class RedisStore implements Store {
     }
   };
 
-  /** One EVALSHA of the bucket script for `batch`; its reply is split back into the decisions. */
+  /** One EVALSHA of a bucket script for `batch`; its reply is split back into the decisions. */
   private send(batch: readonly Queued[]): void {
-    const args = batch.length === 1 ? this.argsOfOne(batch[0]!) : this.argsOfBatch(batch);
+    const one = batch.length === 1;
     this.runner.evalshaArgs(
-      scripts.reserveBuckets,
-      args,
+      one ? scripts.reserveBucket : scripts.reserveBuckets,
+      one ? this.argsOfOne(batch[0]!) : this.argsOfBatch(batch),
       (reply) => this.split(batch, reply as (string | number)[]),
       (error) => {
         // Rejecting a decision already answered does nothing: only the unanswered ones fail.
@@ -526,15 +528,14 @@ export class RedisStore implements Store {
     );
   }
 
-  /** The bucket script's arguments for one call: one class, one call. */
+  /** The one-call bucket script's arguments. */
   private argsOfOne(q: Queued): (string | number)[] {
     const { shape, costs } = q;
     const keys = shape.keys;
-    const args: (string | number)[] = [scripts.reserveBuckets.sha, keys.length];
+    const args: (string | number)[] = [scripts.reserveBucket.sha, keys.length];
     for (let i = 0; i < keys.length; i++) args.push(keys[i]!);
-    args.push(this.minTtlMs, '1', shape.nArg, shape.mArg);
+    args.push(this.minTtlMs, shape.nArg, q.nowArg, q.maxWaitArg);
     this.pushLevelArgs(args, shape.levels, costs);
-    args.push('1', q.nowArg, q.maxWaitArg);
     return args;
   }
 
