@@ -20,7 +20,7 @@ const OPEN_MS = 2_000;
  * 2 of each, ...): a tail latency from one run on a shared machine is mostly that moment's noise,
  * so the table gives the median run and the range.
  */
-const ROUNDS = 5;
+const ROUNDS = 7;
 const CONCURRENCY = 64;
 
 interface Contender {
@@ -352,7 +352,11 @@ export async function redisBench(): Promise<{ markdown: string }> {
   const open = contenders.map(() => loads.map((): Result[] => []));
   for (let round = 0; round < ROUNDS; round++) {
     for (const [l, [, pacing]] of loads.entries()) {
-      for (const [i, { spec, contender }] of contenders.entries()) {
+      // Each round starts one contender further along: a run's place in the round (what ran just
+      // before it) measurably moves its tail here, so no contender always follows the same one.
+      for (let j = 0; j < contenders.length; j++) {
+        const i = (j + round) % contenders.length;
+        const { spec, contender } = contenders[i]!;
         if (round >= spec.rounds) continue;
         open[i]![l]!.push(await openLoop(contender, TARGET_PER_SEC, OPEN_MS, pacing));
       }
@@ -389,7 +393,7 @@ export async function redisBench(): Promise<{ markdown: string }> {
       `"offered ${fmt(TARGET_PER_SEC)}/s": decisions issued at that rate regardless of answers for ${fmt(OPEN_MS / 1000, 1)} s, latency from issue to decision, ` +
       'issued on every turn of the event loop (about one at a time; the issuing loop never sleeps and keeps a core busy); ' +
       '"1 ms ticks": the same rate issued by a 1 ms timer (about 20 decisions at a time, the process sleeping in between). ' +
-      `Each open-loop load runs ${ROUNDS} times per contender, interleaved (every contender's first run, then every contender's second, ...); ` +
+      `Each open-loop load runs ${ROUNDS} times per contender, interleaved (every contender's first run, then every contender's second, ...; each round starts one contender further along, so none always runs after the same one); ` +
       'its row gives the median of the runs (decisions/s, p50, p99, event-loop delay) and the range of their p99s. ' +
       'Both loads are the same for every contender; the issuing loop runs on callbacks (no promise per turn) so the harness allocates little. ' +
       '"batched": the tollgate store sends the decisions of one tick as one EVALSHA (its default, option `batch`); "unbatched": `batch: false`, one EVALSHA per decision. ' +
