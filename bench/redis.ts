@@ -76,7 +76,8 @@ export async function tollgateStore(name: string, autoPipelining: boolean, batch
 }
 
 async function tollgateGate(): Promise<Contender> {
-  const c = await client(true);
+  // A client as the store makes from a URL: no auto-pipelining (the store batches).
+  const c = await client(false);
   const gate = createSharedGate({ redis: c.client, keyPrefix: `bench-gate-${process.pid}`, limits: [never] });
   await (gate.store as RedisStore).preload();
   const noop = () => {};
