@@ -226,7 +226,9 @@ export class RedisStore implements Store {
   private readonly minTtlMs: string;
   private readonly digests = new DigestCache();
   private readonly listeners = new Set<(event: StorePauseEvent) => void>();
+  /** Call shapes by partition (calls without a scope), and by partition and scope. */
   private readonly shapes = new Map<string, CallShape>();
+  private readonly scopedShapes = new Map<string, CallShape>();
   /** Batch concurrent bucket decisions (see `RedisStoreOptions.batch`). */
   readonly batch: boolean;
   /** Bucket decisions of this tick, sent when it ends. */
@@ -401,8 +403,10 @@ export class RedisStore implements Store {
 
   /** The cached script arguments of calls on `levels` in `partition` and `scope`. */
   private shapeOf(partition: string, scope: string, levels: readonly StoreLevel[]): CallShape {
-    const name = `${partition}\u0000${scope}`;
-    const cached = this.shapes.get(name);
+    // Calls without a scope (most) are looked up by partition alone: no key to build per call.
+    const shapes = scope === '' ? this.shapes : this.scopedShapes;
+    const name = scope === '' ? partition : `${partition}\u0000${scope}`;
+    const cached = shapes.get(name);
     if (cached !== undefined && cached.levels === levels) return cached;
     const tag = this.tagOf(partition);
     const scopeId = this.scopeOf(scope);
@@ -448,8 +452,8 @@ export class RedisStore implements Store {
       tag,
     };
     // Bounded: a burst of new keys clears it (rebuilding a shape costs a few digests).
-    if (this.shapes.size >= 10_000) this.shapes.clear();
-    this.shapes.set(name, shape);
+    if (shapes.size >= 10_000) shapes.clear();
+    shapes.set(name, shape);
     return shape;
   }
 
@@ -532,10 +536,23 @@ export class RedisStore implements Store {
   private argsOfOne(q: Queued): (string | number)[] {
     const { shape, costs } = q;
     const keys = shape.keys;
-    const args: (string | number)[] = [scripts.reserveBucket.sha, keys.length];
-    for (let i = 0; i < keys.length; i++) args.push(keys[i]!);
-    args.push(this.minTtlMs, shape.nArg, q.nowArg, q.maxWaitArg);
-    this.pushLevelArgs(args, shape.levels, costs);
+    const levels = shape.levels;
+    const nk = keys.length;
+    // Filled by index, at its final length: this runs for every lone decision.
+    const args: (string | number)[] = new Array(6 + nk + 2 * levels.length);
+    args[0] = scripts.reserveBucket.sha;
+    args[1] = nk;
+    for (let i = 0; i < nk; i++) args[2 + i] = keys[i]!;
+    let a = 2 + nk;
+    args[a++] = this.minTtlMs;
+    args[a++] = shape.nArg;
+    args[a++] = q.nowArg;
+    args[a++] = q.maxWaitArg;
+    for (let i = 0; i < levels.length; i++) {
+      const info = bucketInfo(levels[i]!, costs[i]!);
+      args[a++] = info.slackArg;
+      args[a++] = info.stepArg;
+    }
     return args;
   }
 
