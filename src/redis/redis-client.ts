@@ -112,24 +112,40 @@ export class CommandRunner {
   ): void {
     this.commands++;
     const watch = this.track(onError);
-    const failed = (error: unknown) => {
-      if (this.settle(watch)) onError(unavailable(error, script.name));
-    };
-    const done = (reply: unknown) => {
-      if (!this.settle(watch)) return;
-      try {
-        onReply(reply);
-      } catch (error) {
-        onError(unavailable(error, script.name));
-      }
-    };
-    (this.client.call('EVALSHA', args) as Promise<unknown>).then(done, (error: unknown) => {
-      if (!String((error as Error)?.message).startsWith('NOSCRIPT')) return failed(error);
-      this.commands += 2;
-      (this.client.call('SCRIPT', ['LOAD', script.source]) as Promise<unknown>)
-        .then(() => this.client.call('EVALSHA', args) as Promise<unknown>)
-        .then(done, failed);
-    });
+    // Two closures per command, no more: this runs for every decision.
+    (this.client.call('EVALSHA', args) as Promise<unknown>).then(
+      (reply) => this.answered(watch, script, reply, onReply),
+      (error: unknown) => {
+        if (!String((error as Error)?.message).startsWith('NOSCRIPT'))
+          return this.failed(watch, script, error);
+        this.commands += 2;
+        (this.client.call('SCRIPT', ['LOAD', script.source]) as Promise<unknown>)
+          .then(() => this.client.call('EVALSHA', args) as Promise<unknown>)
+          .then(
+            (reply) => this.answered(watch, script, reply, onReply),
+            (error: unknown) => this.failed(watch, script, error),
+          );
+      },
+    );
+  }
+
+  /** A script's reply: to `onReply`, unless its watch timed out; `onReply` throwing is a failure. */
+  private answered(
+    watch: Watch,
+    script: LoadedScript,
+    reply: unknown,
+    onReply: (reply: unknown) => void,
+  ): void {
+    if (!this.settle(watch)) return;
+    try {
+      onReply(reply);
+    } catch (error) {
+      watch.reject(unavailable(error, script.name));
+    }
+  }
+
+  private failed(watch: Watch, script: LoadedScript, error: unknown): void {
+    if (this.settle(watch)) watch.reject(unavailable(error, script.name));
   }
 
   /** Any other command, with the same deadline. */

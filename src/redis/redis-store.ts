@@ -201,8 +201,9 @@ function bucketInfo(level: StoreLevel, cost: number): LevelInfo {
   return info;
 }
 
-/** The TATs of the call being answered (one array reused: answers are computed one at a time). */
+/** The TATs and steps of the call being answered (arrays reused: answers are computed one at a time). */
 const scratch: number[] = [];
+const scratchSteps: number[] = [];
 
 let idCounter = 0;
 const idPrefix = digest(`${process.pid}:${Math.random()}:${Date.now()}`).slice(0, 8);
@@ -617,15 +618,18 @@ export class RedisStore implements Store {
         const from = fromText === '' ? now : Number(fromText);
         let startAt = from;
         const tats = scratch;
+        const steps = scratchSteps;
         for (let i = 0; i < n; i++) {
           if (costs[i] === 0) continue;
           const state = reply[r + 2 + i] as string;
           // No state (or an unreadable one) is a TAT of now.
           const read = state === '=' ? taken!.get(keys[i]!)! : state === '' ? now : Number(state);
           const tat = Number.isNaN(read) ? now : read;
+          const info = bucketInfo(levels[i]!, costs[i]!);
           tats[i] = tat;
+          steps[i] = info.stepMs;
           // core/gcra.ts gcraEarliestAt: max(TAT - slack, from)
-          let atMs = tat - bucketInfo(levels[i]!, costs[i]!).slackMs;
+          let atMs = tat - info.slackMs;
           if (atMs < from) atMs = from;
           if (atMs > startAt) startAt = atMs;
         }
@@ -636,7 +640,7 @@ export class RedisStore implements Store {
             continue;
           }
           // core/gcra.ts gcraTake: max(TAT, startAt) + cost·T
-          const mark = Math.max(tats[i]!, startAt) + bucketInfo(levels[i]!, costs[i]!).stepMs;
+          const mark = Math.max(tats[i]!, startAt) + steps[i]!;
           marks[i] = String(mark);
           taken?.set(keys[i]!, mark);
         }
