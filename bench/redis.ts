@@ -58,7 +58,7 @@ async function client(autoPipelining: boolean): Promise<{ client: Redis; count: 
 
 const never = { algorithm: 'token-bucket', limit: 1e9, intervalMs: 1000 } as const;
 
-export async function tollgateStore(name: string, autoPipelining: boolean, batch: boolean): Promise<Contender> {
+async function tollgateStore(name: string, autoPipelining: boolean, batch: boolean): Promise<Contender> {
   const c = await client(autoPipelining);
   const store = new RedisStore({ redis: c.client, keyPrefix: `bench-${process.pid}`, batch });
   await store.preload();
@@ -93,7 +93,7 @@ async function tollgateGate(): Promise<Contender> {
   };
 }
 
-export async function rateLimiterFlexible(name: string, autoPipelining: boolean): Promise<Contender | string> {
+async function rateLimiterFlexible(name: string, autoPipelining: boolean): Promise<Contender | string> {
   let RateLimiterRedis: new (options: Record<string, unknown>) => { consume(key: string): Promise<unknown> };
   try {
     ({ RateLimiterRedis } = createRequire(import.meta.url)('rate-limiter-flexible'));
@@ -148,7 +148,7 @@ interface Result {
 }
 
 /** Closed loop: `concurrency` decisions in flight for `durationMs`; each completion issues the next. */
-export async function closedLoop(c: Contender, concurrency: number, durationMs: number): Promise<Result> {
+async function closedLoop(c: Contender, concurrency: number, durationMs: number): Promise<Result> {
   const latencies: number[] = [];
   const commands0 = c.commands();
   const t0 = performance.now();
@@ -185,7 +185,7 @@ type Pacing = 'spin' | 'ticks';
  * at 5,000 outstanding decisions: its achieved rate shows it. The issuing loop is callbacks, not a
  * promise per turn: the harness itself should allocate (and collect) as little as possible.
  */
-export async function openLoop(
+async function openLoop(
   c: Contender,
   ratePerSec: number,
   durationMs: number,
