@@ -317,6 +317,37 @@ describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () =>
     }
   });
 
+  it('a state that is not a number (written by something else) counts as no state, alone and in a batch', async () => {
+    const store = make();
+    const spoil = async (partition: string) => {
+      // The level states of the partition: its tag with ':s:' (see redis-keys.ts).
+      const tag = store.pauseId(partition).replace(/:m:-$/, '');
+      const keys = await keysOfTag(admin!, `${tag}:s:*`);
+      expect(keys.length).toBe(2);
+      for (const key of keys) await admin!.set(key, 'garbage \u0000 1e', 'PX', 600_000);
+    };
+    const alone = fresh();
+    const batched = fresh();
+    for (const p of [alone, batched]) expect((await store.reserveAt(p, [tb, lb], [1, 1], Infinity, T0)).ok).toBe(true);
+    await spoil(alone);
+    await spoil(batched);
+    const memory = new MemoryStore();
+    const now = T0 + 10;
+    const lone = await store.reserveAt(alone, [tb, lb], [1, 1], Infinity, now);
+    const pair = await Promise.all([
+      store.reserveAt(batched, [tb, lb], [1, 1], Infinity, now),
+      store.reserveAt(batched, [tb, lb], [1, 1], Infinity, now),
+    ]);
+    // As a fresh partition decides at the same time.
+    const expected = [
+      memory.reserveAt('a', [tb, lb], [1, 1], Infinity, now),
+      memory.reserveAt('b', [tb, lb], [1, 1], Infinity, now),
+      memory.reserveAt('b', [tb, lb], [1, 1], Infinity, now),
+    ];
+    expect([lone, ...pair].map(comparable)).toEqual(expected.map(comparable));
+    expect(lone.ok && lone.startAt).toBe(now);
+  });
+
   it('refuses a batch option that is not a boolean', () => {
     let error: unknown;
     try {
