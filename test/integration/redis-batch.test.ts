@@ -328,7 +328,8 @@ describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () =>
     };
     const alone = fresh();
     const batched = fresh();
-    for (const p of [alone, batched]) expect((await store.reserveAt(p, [tb, lb], [1, 1], Infinity, T0)).ok).toBe(true);
+    for (const p of [alone, batched])
+      expect((await store.reserveAt(p, [tb, lb], [1, 1], Infinity, T0)).ok).toBe(true);
     await spoil(alone);
     await spoil(batched);
     const memory = new MemoryStore();
