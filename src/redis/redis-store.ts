@@ -537,23 +537,9 @@ export class RedisStore implements Store {
   private argsOfOne(q: Queued): (string | number)[] {
     const { shape, costs } = q;
     const keys = shape.keys;
-    const levels = shape.levels;
-    const nk = keys.length;
-    // Filled by index, at its final length: this runs for every lone decision.
-    const args: (string | number)[] = new Array(6 + nk + 2 * levels.length);
-    args[0] = scripts.reserveBucket.sha;
-    args[1] = nk;
-    for (let i = 0; i < nk; i++) args[2 + i] = keys[i]!;
-    let a = 2 + nk;
-    args[a++] = this.minTtlMs;
-    args[a++] = shape.nArg;
-    args[a++] = q.nowArg;
-    args[a++] = q.maxWaitArg;
-    for (let i = 0; i < levels.length; i++) {
-      const info = bucketInfo(levels[i]!, costs[i]!);
-      args[a++] = info.slackArg;
-      args[a++] = info.stepArg;
-    }
+    const args: (string | number)[] = [scripts.reserveBucket.sha, keys.length, ...keys];
+    args.push(this.minTtlMs, shape.nArg, q.nowArg, q.maxWaitArg);
+    this.pushLevelArgs(args, shape.levels, costs);
     return args;
   }
 
