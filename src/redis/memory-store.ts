@@ -85,19 +85,48 @@ export function unitCost(units: Readonly<Record<string, number>> | undefined, un
   return value ?? (unit === 'requests' ? 1 : 0);
 }
 
-// Refunded parts per reservation, so a second refund changes nothing.
-const refunded = new WeakMap<StoreReservation, 'all' | 'untimed'>();
+// What of each reservation is settled for good: 'untimed' (its permits were given back), 'timed'
+// (its call ran and was recounted), 'all'. A second refund or recount changes nothing.
+const settled = new WeakMap<StoreReservation, 'untimed' | 'timed' | 'all'>();
 
 /** Which levels a refund touches now; undefined when nothing is left to refund. */
 export function claimRefund(
   reservation: StoreReservation,
   which: 'all' | 'untimed',
 ): 'all' | 'untimed' | 'timed' | undefined {
-  const done = refunded.get(reservation);
+  const done = settled.get(reservation);
   if (done === 'all' || done === which) return undefined;
-  refunded.set(reservation, which === 'all' ? 'all' : 'untimed');
-  // Untimed already given back: only the timed levels are left.
-  return done === 'untimed' ? 'timed' : which;
+  if (which === 'untimed') {
+    settled.set(reservation, done === 'timed' ? 'all' : 'untimed');
+    return 'untimed';
+  }
+  settled.set(reservation, 'all');
+  // One part already settled: only the other is left.
+  if (done === 'untimed') return 'timed';
+  if (done === 'timed') return 'untimed';
+  return 'all';
+}
+
+/** True the first time `reservation` is recounted, unless its timed levels were refunded. */
+export function claimRecount(reservation: StoreReservation): boolean {
+  const done = settled.get(reservation);
+  if (done === 'all' || done === 'timed') return false;
+  settled.set(reservation, done === 'untimed' ? 'all' : 'timed');
+  return true;
+}
+
+/** Fixed windows, sliding windows and sliding logs: the levels a recount moves. */
+export function countsWindow(spec: NormalizedLimitSpec): boolean {
+  const a = spec.algorithm;
+  return a === 'fixed-window' || a === 'sliding-window' || a === 'sliding-log';
+}
+
+/**
+ * Where a recount puts a call started at `startAt` whose response came at `now`: the in-memory
+ * gate's rule, `min(now, startAt + max(marginMs, intervalMs / 10))`.
+ */
+export function recountAt(spec: NormalizedLimitSpec, startAt: number, marginMs: number, now: number): number {
+  return Math.min(now, startAt + Math.max(marginMs, spec.intervalMs / 10));
 }
 
 let nextId = 0;
@@ -272,6 +301,32 @@ export class MemoryStore implements Store {
     for (const { id, cost, mark } of reservation.learned) {
       const entry = learned?.get(id);
       if (entry !== undefined) give(entry.core, `L:${reservation.scope}:${id}`, cost, mark);
+    }
+    this.dropIfEmpty(reservation.partition, p, now);
+  }
+
+  recount(reservation: StoreReservation, marginMs: number): void {
+    this.recountAt(reservation, marginMs, this.clock.now());
+  }
+
+  recountAt(reservation: StoreReservation, marginMs: number, now: number): void {
+    if (typeof marginMs !== 'number' || !(marginMs >= 0))
+      throw invalid('marginMs', 'a number >= 0', marginMs);
+    if (!claimRecount(reservation)) return;
+    const p = this.partitions.get(reservation.partition);
+    if (p === undefined) return;
+    const { levels, costs, startAt } = reservation;
+    for (let i = 0; i < levels.length; i++) {
+      const spec = levels[i]!.spec;
+      const cost = costs[i]!;
+      if (cost === 0 || !countsWindow(spec)) continue;
+      const at = recountAt(spec, startAt, marginMs, now);
+      if (!(at > startAt)) continue;
+      const name = levelName(levels[i]!);
+      const state = p.states.get(name);
+      if (state === undefined) continue;
+      const core = coreOf(spec);
+      this.put(p, name, core, core.take(core.refund(state, cost, startAt, now), cost, at), now);
     }
     this.dropIfEmpty(reservation.partition, p, now);
   }

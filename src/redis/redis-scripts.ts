@@ -913,6 +913,42 @@ return fmt(now)
 `;
 
 /**
+ * Count calls that ran in their window levels from their response instead of their start (see
+ * `Store.recount`): per level, give the units back at startAt and take them again at
+ * `min(now, startAt + max(marginMs, intervalMs / 10))`, as `core.take(core.refund(...))` does.
+ *
+ * KEYS: the window levels' state keys (only those the reservation charged).
+ * ARGV: nowOverride, minTtlMs, marginMs, startAt, then 5 values per level (algo, limit, intervalMs,
+ *   burst, cost).
+ * Reply: now.
+ */
+export const RECOUNT_LUA = `${LIMITS_LUA}
+local now = serverNow(ARGV[1])
+MIN_TTL = tonumber(ARGV[2])
+local margin, startAt = tonumber(ARGV[3]), tonumber(ARGV[4])
+for i = 1, #KEYS do
+  local a = 4 + (i - 1) * 5
+  local algo, I, cost = ARGV[a + 1], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 5])
+  -- memory-store.ts recountAt: min(now, startAt + max(marginMs, intervalMs / 10))
+  local cap = I / 10
+  if margin > cap then cap = margin end
+  local at = startAt + cap
+  if now < at then at = now end
+  local raw = at > startAt and redis.call('GET', KEYS[i])
+  if raw then
+    local L = level(algo, tonumber(ARGV[a + 2]), I, tonumber(ARGV[a + 4]), cost, KEYS[i])
+    local w = windows()
+    local s = w.decode(raw)
+    if algo == 'fw' then s = w.fwRefund(L, s, cost, startAt)
+    elseif algo == 'sw' then s = w.swRefund(L, s, cost, startAt)
+    else s = w.slRefund(L, s, cost, startAt, now) end
+    save(L, take(L, s, cost, at), now)
+  end
+end
+return fmt(now)
+`;
+
+/**
  * Pause a partition (or one scope of it) until `untilMs` (store time, ms), or for `durationMs` from
  * now; a pause only ever extends. Publishes `key untilMs now` on the channel so every process
  * holding reservations in the partition re-plans them at once.

@@ -3,13 +3,22 @@ import { emissionIntervalMs } from '../core/gcra.js';
 import type { LimitSpec } from '../core/limit.js';
 import { StoreUnavailableError } from '../errors.js';
 import { integer, invalid, nonEmptyString, plainObject } from '../validate.js';
-import { algorithmCodes, claimRefund, learnedId, learnedSpecText, levelName } from './memory-store.js';
+import {
+  algorithmCodes,
+  claimRecount,
+  claimRefund,
+  countsWindow,
+  learnedId,
+  learnedSpecText,
+  levelName,
+} from './memory-store.js';
 import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
 import { DigestCache, digest, partitionTag, pauseChannel, scopePart } from './redis-keys.js';
 import {
   LEARN_LUA,
   PAUSE_LUA,
   READ_PAUSE_LUA,
+  RECOUNT_LUA,
   REFUND_LUA,
   RESERVE_BUCKET_LUA,
   RESERVE_BUCKETS_LUA,
@@ -78,6 +87,7 @@ const scripts = {
   reserveBuckets: loadedScript('reserve (buckets)', RESERVE_BUCKETS_LUA),
   reserveBucket: loadedScript('reserve (one bucket call)', RESERVE_BUCKET_LUA),
   refund: loadedScript('refund', REFUND_LUA),
+  recount: loadedScript('recount', RECOUNT_LUA),
   pause: loadedScript('pause', PAUSE_LUA),
   readPause: loadedScript('readPause', READ_PAUSE_LUA),
   learn: loadedScript('learn', LEARN_LUA),
@@ -315,6 +325,14 @@ export class RedisStore implements Store {
 
   refundAt(reservation: StoreReservation, now: number, which: 'all' | 'untimed' = 'all'): Promise<void> {
     return this.refundWith(String(now), reservation, which);
+  }
+
+  recount(reservation: StoreReservation, marginMs: number): Promise<void> {
+    return this.recountWith('', reservation, marginMs);
+  }
+
+  recountAt(reservation: StoreReservation, marginMs: number, now: number): Promise<void> {
+    return this.recountWith(String(now), reservation, marginMs);
   }
 
   pause(partition: string, untilMs: number, scope = ''): Promise<StorePause> {
@@ -782,6 +800,26 @@ export class RedisStore implements Store {
     }
     for (const entry of learned) keys.push(entry.id, String(entry.cost), entry.mark);
     return this.runner.evalsha(scripts.refund, n + 1, keys).then(() => undefined);
+  }
+
+  private recountWith(nowArg: string, reservation: StoreReservation, marginMs: number): Promise<void> {
+    if (typeof marginMs !== 'number' || !(marginMs >= 0))
+      return Promise.reject(invalid('marginMs', 'a number >= 0', marginMs));
+    const { levels, costs } = reservation;
+    // Only the window levels the call was charged on; nothing to send for the others.
+    const keys: string[] = [];
+    const args: string[] = [nowArg, this.minTtlMs, String(marginMs), String(reservation.startAt)];
+    const tag = this.tagOf(reservation.partition);
+    for (let i = 0; i < levels.length; i++) {
+      const level = levels[i]!;
+      if (costs[i] === 0 || !countsWindow(level.spec)) continue;
+      const info = infoOf(level);
+      keys.push(`${tag}:s:${info.suffix}`);
+      args.push(info.args[0]!, info.args[1]!, info.args[2]!, info.args[3]!, String(costs[i]));
+    }
+    if (!claimRecount(reservation) || keys.length === 0) return Promise.resolve();
+    if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
+    return this.runner.evalsha(scripts.recount, keys.length, [...keys, ...args]).then(() => undefined);
   }
 
   private async pauseWith(

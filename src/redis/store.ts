@@ -128,6 +128,16 @@ export interface Store {
    */
   refund(reservation: StoreReservation, which?: 'all' | 'untimed'): MaybePromise<void>;
   refundAt(reservation: StoreReservation, now: number, which?: 'all' | 'untimed'): MaybePromise<void>;
+  /**
+   * The call of `reservation` ran and its response came back now: count it in its window limits
+   * (fixed window, sliding window, sliding log) from now instead of from `startAt`, moving it at
+   * most `max(marginMs, intervalMs / 10)` after `startAt` (the in-memory gate's `recount`). The
+   * provider counted the request when it arrived, which is no later than its response, so a window
+   * counted from the response never ends before the provider's. Buckets, concurrency and learned
+   * limits are unchanged. A reservation is recounted once; its timed levels are never refunded after.
+   */
+  recount(reservation: StoreReservation, marginMs: number): MaybePromise<void>;
+  recountAt(reservation: StoreReservation, marginMs: number, now: number): MaybePromise<void>;
   /** Nothing in `partition` (and `scope`) starts before `untilMs` (store time); pauses only extend. */
   pause(partition: string, untilMs: number, scope?: string): MaybePromise<StorePause>;
   /** Pause for `durationMs` from the store's now (no clock conversion needed). */

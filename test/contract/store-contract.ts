@@ -141,6 +141,48 @@ export function storeContract(
       });
     });
 
+    it('a recount moves a call in its window levels from its start to its response, at most a tenth of the window later', async () => {
+      const store = await make();
+      const p = fresh();
+      const early = granted(await store.reserveAt(p, [fixed, log], [1, 1], 0, T0 + 900));
+      const late = granted(await store.reserveAt(p, [fixed, log], [1, 1], 0, T0 + 900));
+      // early's response comes 40 ms after its start: counted from there. late's comes 150 ms after:
+      // counted 100 ms after its start (a tenth of the window; the margin, 50 ms, is shorter).
+      await store.recountAt(early, 50, T0 + 940);
+      await store.recountAt(late, 50, T0 + 1050);
+      // Once only; and the timed levels of a call that ran are final (a refund gives nothing back).
+      await store.recountAt(early, 50, T0 + 1060);
+      await store.refundAt(late, T0 + 1060);
+      // late now counts in the window from T0 + 1000: one more fits there, not two.
+      expect(granted(await store.reserveAt(p, [fixed], [1], 0, T0 + 1070)).startAt).toBe(T0 + 1070);
+      expect(await store.reserveAt(p, [fixed], [1], 0, T0 + 1070)).toMatchObject({
+        ok: false,
+        reason: 'wait',
+        retryAfterMs: 930,
+      });
+      // The log frees each entry a window after where it now stands: T0 + 940, then T0 + 1000.
+      expect(granted(await store.reserveAt(p, [log], [1], 10_000, T0 + 1070)).startAt).toBe(T0 + 1940);
+      expect(granted(await store.reserveAt(p, [log], [1], 10_000, T0 + 1070)).startAt).toBe(T0 + 2000);
+    });
+
+    it('a recount of a refunded reservation, or of one with no window level, changes nothing', async () => {
+      const store = await make();
+      const p = fresh();
+      const refunded = granted(await store.reserveAt(p, [log], [1], 0, T0));
+      granted(await store.reserveAt(p, [log], [1], 0, T0 + 10));
+      await store.refundAt(refunded, T0 + 20);
+      await store.recountAt(refunded, 50, T0 + 80);
+      const bucket = granted(await store.reserveAt(p, [tb], [1], 0, T0 + 90));
+      await store.recountAt(bucket, 50, T0 + 95);
+      // One entry left (T0 + 10): one more now, the next when it leaves.
+      expect(granted(await store.reserveAt(p, [log], [1], 0, T0 + 100)).startAt).toBe(T0 + 100);
+      expect(granted(await store.reserveAt(p, [log], [1], 10_000, T0 + 100)).startAt).toBe(T0 + 1010);
+      // A bad margin is named (thrown or rejected, as the store answers).
+      await expect(Promise.resolve().then(() => store.recountAt(bucket, -1, T0 + 100))).rejects.toThrow(
+        /marginMs/,
+      );
+    });
+
     it('a concurrency limit refuses when full and reopens when a call releases its permit', async () => {
       const store = await make();
       const p = fresh();

@@ -1,6 +1,6 @@
 /**
  * Parity: the Lua scripts make the same decisions as the TypeScript cores. Random workloads (specs,
- * costs, deadlines, refunds, time steps with fractional ms) run through `MemoryStore` (the cores)
+ * costs, deadlines, refunds, recounts, time steps with fractional ms) run through `MemoryStore` (the cores)
  * and `RedisStore` (the scripts) at the same explicit `now`; every answer must be identical to the
  * last bit.
  */
@@ -42,7 +42,8 @@ const specArb: fc.Arbitrary<LimitSpec> = fc.oneof(
 
 type Op =
   | { kind: 'reserve'; dtMs: number; costs: number[]; maxWaitMs: number }
-  | { kind: 'refund'; dtMs: number; pick: number; which: 'all' | 'untimed' };
+  | { kind: 'refund'; dtMs: number; pick: number; which: 'all' | 'untimed' }
+  | { kind: 'recount'; dtMs: number; pick: number; marginMs: number };
 
 const dtArb = fc
   .tuple(fc.integer({ min: 0, max: 1500 }), fc.constantFrom(0, 0, 0.25, 1 / 3, 0.999))
@@ -71,6 +72,15 @@ function opArb(levels: number): fc.Arbitrary<Op> {
         which: fc.constantFrom('all' as const, 'untimed' as const),
       }),
     },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        kind: fc.constant('recount' as const),
+        dtMs: dtArb,
+        pick: fc.nat(),
+        marginMs: fc.constantFrom(0, 50, 0.5, 400),
+      }),
+    },
   );
 }
 
@@ -96,6 +106,7 @@ describe.skipIf(skip !== false)('Redis scripts make the same decisions as the Ty
 
   it('random workloads over every algorithm, several levels per call', async () => {
     const outcomes: Record<string, number> = {};
+    let recounts = 0;
     await fc.assert(
       fc.asyncProperty(workloadArb, async ({ specs, start, ops }) => {
         const memory = new MemoryStore();
@@ -117,14 +128,24 @@ describe.skipIf(skip !== false)('Redis scripts make the same decisions as the Ty
             // Mostly the latest reservation (an abort of the newest wait), sometimes an older one.
             const index = op.pick % 3 === 0 ? op.pick % held.length : held.length - 1;
             const [m, r] = held[index]!;
-            memory.refundAt(m, now, op.which);
-            await redis!.refundAt(r, now, op.which);
+            if (op.kind === 'refund') {
+              memory.refundAt(m, now, op.which);
+              await redis!.refundAt(r, now, op.which);
+            } else {
+              // The call ran and its response came back now.
+              memory.recountAt(m, op.marginMs, now);
+              await redis!.recountAt(r, op.marginMs, now);
+              recounts++;
+            }
           }
         }
       }),
       { numRuns: 400 },
     );
-    console.log(`[redis parity] decisions compared, all identical: ${JSON.stringify(outcomes)}`);
+    console.log(
+      `[redis parity] decisions compared, all identical: ${JSON.stringify(outcomes)}; ${recounts} recounts between them`,
+    );
+    expect(recounts).toBeGreaterThan(100);
     // The workloads reach every kind of answer.
     for (const kind of ['now', 'future', 'wait', 'concurrency', 'capacity'])
       expect(outcomes[kind]).toBeGreaterThan(0);
