@@ -70,6 +70,14 @@ export interface SharedGateOptions {
    * @default 10
    */
   lateToleranceMs?: number;
+  /**
+   * As the in-memory gate's: token buckets leave `rate × margin` of their burst unused, and a call
+   * charged on a window limit (fixed window, sliding window, sliding log) is counted there from its
+   * response (one more store command when it finishes), at most `max(margin, intervalMs / 10)` after
+   * its start. 0 turns both off. Number >= 0.
+   * @default 50 (0 when `clock` is given)
+   */
+  arrivalMarginMs?: number;
   /** As the in-memory gate's `adapt`; pauses and learned limits are written to the store for all processes. */
   adapt?: Partial<AdaptOptionsInput> | false;
   /** Money budgets, reserved before the limit reservation. */
@@ -92,6 +100,7 @@ export interface NormalizedSharedGateOptions {
   readonly recoveryProbeMs: number;
   readonly concurrencyRetryMs: number;
   readonly lateToleranceMs: number;
+  readonly arrivalMarginMs: number;
   readonly adapt: AdaptOptions | false;
   readonly adaptInput: Partial<AdaptOptionsInput> | false | undefined;
   readonly budget: SharedBudget | undefined;
@@ -113,6 +122,7 @@ const knownKeys = [
   'recoveryProbeMs',
   'concurrencyRetryMs',
   'lateToleranceMs',
+  'arrivalMarginMs',
   'adapt',
   'budget',
   'clock',
@@ -135,6 +145,7 @@ export function validateSharedGateOptions(options: unknown): NormalizedSharedGat
     clock: o['clock'],
     adapt: o['adapt'],
     random: o['random'],
+    arrivalMarginMs: o['arrivalMarginMs'],
   });
   const failure = oneOf('failure', o['failure'] ?? 'local', ['fail-closed', 'fail-open', 'local'] as const);
   const localShare = o['localShare'] ?? 0.25;
@@ -191,6 +202,7 @@ export function validateSharedGateOptions(options: unknown): NormalizedSharedGat
     recoveryProbeMs,
     concurrencyRetryMs,
     lateToleranceMs,
+    arrivalMarginMs: base.arrivalMarginMs,
     adapt: base.adapt,
     adaptInput: o['adapt'] as Partial<AdaptOptionsInput> | false | undefined,
     budget,

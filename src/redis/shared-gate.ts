@@ -42,6 +42,7 @@ import {
 import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
 import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
 import { invalid } from '../validate.js';
+import { countsWindow } from './memory-store.js';
 import {
   type FailurePolicy,
   type NormalizedSharedGateOptions,
@@ -126,8 +127,18 @@ interface KeyInfo {
   readonly ownPauseId: string;
   /** Indexes of concurrency levels (their permits are given back when a call finishes). */
   readonly untimed: readonly number[];
+  /** Indexes of window levels (a call that ran is recounted from its response, see `Store.recount`). */
+  readonly windows: readonly number[];
+  /** Indexes of token and leaky bucket levels (their slots are spaced: a late start matters). */
+  readonly buckets: readonly number[];
   queued: number;
   learned: Map<string, { limit: number; at: number }> | undefined;
+  /** The window call of this key asking the store now (see `mayAsk`), and the calls waiting their turn. */
+  asker: SharedCall | undefined;
+  behind: SharedCall[];
+  behindHead: number;
+  /** `passTurn` is running further up the stack (a synchronous store answers inside `submit`). */
+  passing: boolean;
 }
 
 interface SharedCall extends HeapEntry {
@@ -144,6 +155,13 @@ interface SharedCall extends HeapEntry {
   readonly inspect: ScheduleOptions['inspect'];
   readonly priceMicros: number;
   readonly hasUntimed: boolean;
+  /** The call is charged on a window level: recount it when it finishes (arrivalMarginMs > 0). */
+  readonly recounts: boolean;
+  /**
+   * A late start must reserve again: the call is charged on a bucket level, or on a window level
+   * that is not recounted (a recount counts a late call from its response anyway).
+   */
+  readonly lateMatters: boolean;
   onAbort: (() => void) | undefined;
   resolve: (value: unknown) => void;
   reject: (error: unknown) => void;
@@ -288,6 +306,7 @@ export class SharedGate {
       const priceMicros = o.priceMicros === undefined ? 0 : checkPriceMicros(o.priceMicros);
       const info = key === undefined ? this.defaultInfo : this.infoFor(key);
       const costs = this.costsFor(cost, info.levels);
+      const recounts = this.o.arrivalMarginMs > 0 && info.windows.some((i) => costs[i] !== 0);
       if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));
       if (info.queued >= this.o.maxQueue) throw new QueueFullError(this.o.maxQueue, key);
       let resolve!: (value: unknown) => void;
@@ -310,6 +329,8 @@ export class SharedGate {
         inspect,
         priceMicros,
         hasUntimed: info.untimed.length > 0 && info.untimed.some((i) => costs[i] !== 0),
+        recounts,
+        lateMatters: !recounts || info.buckets.some((i) => costs[i] !== 0),
         onAbort: undefined,
         resolve,
         reject,
@@ -385,6 +406,10 @@ export class SharedGate {
     if (mode !== 'run' && mode !== 'reject') throw invalid('queued', "'run' or 'reject'", mode);
     this.closed = true;
     if (mode === 'reject') {
+      // Calls waiting their turn first: refusing a turn's holder passes it on (see passTurn).
+      for (const info of [this.defaultInfo, ...this.keyInfos.values()]) {
+        for (const call of info.behind.slice(info.behindHead)) this.refuse(call, new GateClosedError());
+      }
       for (const call of this.heap.entries()) this.refuse(call, new GateClosedError());
     }
     if (!this.settledForClose()) await new Promise<void>((resolve) => this.closeWaiters.push(resolve));
@@ -418,10 +443,19 @@ export class SharedGate {
       scope,
       levels,
       untimed: levels.flatMap((level, i) => (level.spec.algorithm === 'concurrency' ? [i] : [])),
+      windows: levels.flatMap((level, i) => (countsWindow(level.spec) ? [i] : [])),
+      buckets: levels.flatMap((level, i) => {
+        const a = level.spec.algorithm;
+        return a === 'token-bucket' || a === 'leaky-bucket' ? [i] : [];
+      }),
       pauseIds,
       ownPauseId: this.store.pauseId(partition, scope),
       queued: 0,
       learned: undefined,
+      asker: undefined,
+      behind: [],
+      behindHead: 0,
+      passing: false,
     };
   }
 
@@ -484,16 +518,22 @@ export class SharedGate {
       this.failover(call, undefined);
       return;
     }
+    if (call.recounts && !this.mayAsk(call)) return;
     call.state = 'reserving';
     const now = this.clock.now();
     call.sentAt = now;
     let decision: MaybePromise<StoreDecision>;
+    // A call on a window limit reserves only a start that has come (within lateToleranceMs), and
+    // otherwise asks again when the store says a slot frees: by then the calls before it are
+    // recounted from their responses, which a reservation made ahead of them could not see. (The
+    // calls of one key ask one at a time, see mayAsk.)
+    const maxWaitMs = Math.max(0, call.deadline - now);
     try {
       decision = this.store.reserve(
         call.info.partition,
         call.info.levels,
         call.costs,
-        Math.max(0, call.deadline - now),
+        call.recounts ? Math.min(maxWaitMs, this.o.lateToleranceMs) : maxWaitMs,
         {
           scope: call.info.scope,
           ...(call.units === undefined ? {} : { units: call.units }),
@@ -537,11 +577,21 @@ export class SharedGate {
         return;
       }
       // The store's wait is from its now; the deadline counts from enqueueing.
-      this.refuse(call, deadlineError(call, now + d.retryAfterMs, call.attempt === 0));
+      const startsAt = now + d.retryAfterMs;
+      if (call.recounts && startsAt <= call.deadline) {
+        // A window call whose slot is ahead: wait here, then ask again (see submit). The calls
+        // behind it start no earlier: those whose deadline comes first are refused now.
+        call.state = 'retrying';
+        this.enqueueAt(call, Number.isFinite(startsAt) ? startsAt : now + this.o.concurrencyRetryMs);
+        this.refuseBehind(call.info, startsAt);
+        return;
+      }
+      this.refuse(call, deadlineError(call, startsAt, call.attempt === 0));
       return;
     }
     call.reservation = d;
     call.storeStartAt = d.startAt;
+    this.passTurn(call);
     this.sampleOffset(call.sentAt, now, d.serverNow);
     const localStart = this.toLocal(d.startAt, now, d.serverNow);
     if (localStart < this.pausedUntil(call.info, now) - PAUSE_SLACK_MS) {
@@ -586,7 +636,11 @@ export class SharedGate {
    * back and reserves again (a few times at most).
    */
   private startOrReserveAgain(call: SharedCall, localStart: number, now: number): void {
-    if (now - localStart > this.o.lateToleranceMs && call.lateReserves < MAX_LATE_RESERVES) {
+    if (
+      call.lateMatters &&
+      now - localStart > this.o.lateToleranceMs &&
+      call.lateReserves < MAX_LATE_RESERVES
+    ) {
       call.lateReserves++;
       this.lateReserves++;
       if (call.reservation !== undefined) this.giveBack(call.reservation);
@@ -595,6 +649,56 @@ export class SharedGate {
       return;
     }
     this.start(call, now);
+  }
+
+  /**
+   * Window calls of one key ask the store one at a time, in order: a call that is told to wait
+   * keeps its turn until its slot frees, and the calls behind it wait here without asking (were
+   * they all to ask when a slot frees, all but one would be refused, again at every slot).
+   * True: `call` has the turn; false: it waits behind the caller that has it.
+   */
+  private mayAsk(call: SharedCall): boolean {
+    const info = call.info;
+    if (info.asker === undefined || info.asker === call) {
+      info.asker = call;
+      return true;
+    }
+    call.state = 'reserving';
+    const asker = info.asker;
+    if (asker.state === 'retrying' && call.deadline < asker.at) {
+      // The call ahead starts no earlier than asker.at, and this one no earlier than that.
+      this.refuse(call, deadlineError(call, asker.at, call.attempt === 0));
+      return false;
+    }
+    info.behind.push(call);
+    return false;
+  }
+
+  /** `call` is reserved, refused or gone to the failure policy: the next call of its key asks. */
+  private passTurn(call: SharedCall): void {
+    const info = call.info;
+    if (info.asker !== call) return;
+    info.asker = undefined;
+    if (info.passing) return;
+    info.passing = true;
+    while (info.asker === undefined && info.behindHead < info.behind.length) {
+      const next = info.behind[info.behindHead++]!;
+      if (next.state !== 'done') this.submit(next);
+    }
+    if (info.behindHead === info.behind.length) {
+      info.behind = [];
+      info.behindHead = 0;
+    }
+    info.passing = false;
+  }
+
+  /** Refuse the calls waiting their turn whose deadline comes before `startsAt`. */
+  private refuseBehind(info: KeyInfo, startsAt: number): void {
+    for (let i = info.behindHead; i < info.behind.length; i++) {
+      const call = info.behind[i]!;
+      if (call.state !== 'done' && call.deadline < startsAt)
+        this.refuse(call, deadlineError(call, startsAt, call.attempt === 0));
+    }
   }
 
   private enqueueAt(call: SharedCall, at: number): void {
@@ -673,13 +777,24 @@ export class SharedGate {
     );
   }
 
-  /** The call finished: give back its concurrency permits. */
+  /**
+   * The call finished: give back its concurrency permits, and count it in its window limits from
+   * now, its response, instead of from its start (as the in-memory gate does: a window counted from
+   * the response never ends before the provider's, however late the request arrived there).
+   */
   private released(call: SharedCall): void {
     this.inFlight--;
     const reservation = call.reservation;
-    if (call.hasUntimed && reservation !== undefined) {
+    if (reservation === undefined) return;
+    if (call.hasUntimed) {
       quietly(
         () => this.store.refund(reservation, 'untimed'),
+        (error) => this.storeFailed(error),
+      );
+    }
+    if (call.recounts) {
+      quietly(
+        () => this.store.recount(reservation, this.o.arrivalMarginMs),
         (error) => this.storeFailed(error),
       );
     }
@@ -893,6 +1008,7 @@ export class SharedGate {
 
   /** The store is down (or failed this call): apply the failure policy. */
   private failover(call: SharedCall, error: unknown): void {
+    this.passTurn(call);
     const policy = this.o.failure;
     if (policy === 'fail-closed') {
       this.refuse(
@@ -975,6 +1091,7 @@ export class SharedGate {
   /** Reject a call that has not started: free its place, its reservation and its budget. */
   private refuse(call: SharedCall, error: Error & { code?: string }): void {
     if (call.state === 'running' || call.state === 'done') return;
+    this.passTurn(call);
     if (call.heapIndex >= 0) {
       this.heap.remove(call);
       this.arm();

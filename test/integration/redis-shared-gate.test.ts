@@ -3,10 +3,11 @@
  * on one store play two processes), then on the real Redis (two gates, two connections).
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { AbortedError, QueueTimeoutError, StoreUnavailableError } from '../../src/errors.js';
+import { AbortedError, GateClosedError, QueueTimeoutError, StoreUnavailableError } from '../../src/errors.js';
 import type { Inspection } from '../../src/gate/gate.js';
 import { MemoryStore } from '../../src/redis/memory-store.js';
 import { createSharedGate, type SharedGate } from '../../src/redis/shared-gate.js';
+import { startSimulatedApi } from '../../src/testing/simulated-api.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 import { REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
 
@@ -193,6 +194,114 @@ describe('shared gate on a memory store', () => {
     expect(() => createSharedGate({ store, lateToleranceMs: -1 })).toThrow(/lateToleranceMs/);
   });
 
+  /** A MemoryStore whose reservations are counted (round trips, with Redis). */
+  function countingStore(clock: ManualClock) {
+    const store = new MemoryStore({ clock });
+    let reserves = 0;
+    const reserve = store.reserve.bind(store);
+    store.reserve = (...args: Parameters<MemoryStore['reserve']>) => {
+      reserves++;
+      return reserve(...args);
+    };
+    return { store, reserves: () => reserves };
+  }
+
+  it('a call on a window limit counts from its response, so the next window waits for it, not for its start', async () => {
+    const clock = new ManualClock(T0);
+    const { store, reserves } = countingStore(clock);
+    const limits = [{ algorithm: 'sliding-log' as const, limit: 2, intervalMs: 1000 }];
+    const a = createSharedGate({ store, clock, limits, arrivalMarginMs: 50 });
+    const responses: (() => void)[] = [];
+    const call = () =>
+      a.schedule(
+        () =>
+          new Promise<number>((resolve) => {
+            const startedAt = clock.now() - T0;
+            responses.push(() => resolve(startedAt));
+          }),
+      );
+    const first = call();
+    const second = call();
+    const third = call();
+    await flush();
+    expect(responses).toHaveLength(2);
+    // The first response comes 80 ms after its start; the second after 300 ms (counted at most a
+    // tenth of the window, 100 ms, after its start).
+    clock.advance(80);
+    responses[0]!();
+    await flush();
+    clock.advance(220);
+    responses[1]!();
+    await flush();
+    clock.advance(700);
+    await flush();
+    // At T0 + 1000 the log still holds both calls (at 80 and 100 ms): the third starts at 1080.
+    expect(responses).toHaveLength(2);
+    clock.advance(80);
+    await flush();
+    responses[2]!();
+    expect(await Promise.all([first, second, third])).toEqual([0, 0, 1080]);
+    // The third asked when it came, at 1000 and at 1080: never ahead of the recounts.
+    expect(reserves()).toBe(5);
+    // Without the margin (0) nothing is recounted and calls reserve ahead, as before.
+    const plain = createSharedGate({ store: new MemoryStore({ clock }), clock, limits, arrivalMarginMs: 0 });
+    const starts = [0, 1, 2].map(() => plain.schedule(() => clock.now() - T0));
+    clock.advance(2000);
+    expect(await Promise.all(starts)).toEqual([1080, 1080, 2080]);
+  });
+
+  it('window calls of one key ask the store one at a time: the others wait without asking, and one whose deadline comes first is refused at once', async () => {
+    const clock = new ManualClock(T0);
+    const { store, reserves } = countingStore(clock);
+    const limits = [{ algorithm: 'sliding-log' as const, limit: 1, intervalMs: 1000 }];
+    const a = createSharedGate({ store, clock, limits, arrivalMarginMs: 50 });
+    const stamp = () => clock.now() - T0;
+    const c1 = a.schedule(stamp);
+    const c2 = a.schedule(stamp);
+    // c1 reserved, c2 was told to wait until 1000: c3 cannot start before then (refused at once),
+    // and c4, c5 do not ask.
+    const c3 = expect(a.schedule(stamp, { maxQueueTimeMs: 500 })).rejects.toMatchObject({
+      code: 'ERR_QUEUE_TIMEOUT',
+      predictedWaitMs: 1000,
+    });
+    const c4 = a.schedule(stamp);
+    const c5 = a.schedule(stamp);
+    await flush();
+    await c3;
+    expect(reserves()).toBe(2);
+    for (let i = 0; i < 3; i++) {
+      clock.advance(1000);
+      await flush();
+    }
+    expect(await Promise.all([c1, c2, c4, c5])).toEqual([0, 1000, 2000, 3000]);
+    // Each later call asked twice (told to wait, then reserved), c5 three times at most.
+    expect(reserves()).toBeLessThanOrEqual(2 + 2 + 2 + 1);
+    expect(a.stats()).toMatchObject({ queued: 0, inFlight: 0 });
+  });
+
+  it('calls waiting their turn for a window settle on abort and on close', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    const limits = [{ algorithm: 'fixed-window' as const, limit: 1, intervalMs: 1000 }];
+    const a = createSharedGate({ store, clock, limits, arrivalMarginMs: 50 });
+    const controller = new AbortController();
+    const first = a.schedule(() => 'first');
+    const waiting = a.schedule(() => 'waiting');
+    const aborted = a.schedule(() => 'aborted', { signal: controller.signal });
+    const behind = a.schedule(() => 'behind');
+    await flush();
+    controller.abort('no longer needed');
+    await expect(aborted).rejects.toBeInstanceOf(AbortedError);
+    expect(await first).toBe('first');
+    const closed = [
+      expect(waiting).rejects.toBeInstanceOf(GateClosedError),
+      expect(behind).rejects.toBeInstanceOf(GateClosedError),
+    ];
+    await a.close({ queued: 'reject' });
+    await Promise.all(closed);
+    expect(a.stats()).toMatchObject({ queued: 0, inFlight: 0 });
+  });
+
   it('fail-closed rejects with StoreUnavailableError while the store fails, and recovers by itself', async () => {
     const { clock, store } = setup();
     let broken = true;
@@ -281,6 +390,49 @@ describe.skipIf(skip !== false)('shared gate on Redis', () => {
     console.log(
       `[shared gate on Redis] 40 calls over ${elapsed.toFixed(0)} ms, min gap ${minGap.toFixed(2)} ms`,
     );
+  });
+
+  it('a sliding window at the provider’s exact limit: not one 429, close to the fastest schedule', async () => {
+    // The provider counts each request when it arrives, tens of ms after its start for the first
+    // burst (new connections); the gate counts window calls from their responses.
+    const api = await startSimulatedApi({
+      policy: { kind: 'sliding-window', limit: 40, intervalMs: 1000 },
+      latencyMs: { min: 5, max: 20 },
+    });
+    try {
+      const g = createSharedGate({
+        redis: REDIS_URL,
+        keyPrefix,
+        perKey: [{ algorithm: 'sliding-log', limit: 40, intervalMs: 1000 }],
+      });
+      gates.push(g);
+      const statuses: number[] = [];
+      await Promise.all(
+        Array.from({ length: 120 }, (_, i) =>
+          g.schedule(
+            async () => {
+              const res = await fetch(`${api.url}/v1/work?i=${i}`);
+              await res.arrayBuffer();
+              statuses.push(res.status);
+              return res.status;
+            },
+            { key: api.url, inspect: (status: number) => ({ status, headers: {} }) },
+          ),
+        ),
+      );
+      const stats = api.stats();
+      const span = stats.acceptedAt.at(-1)! - stats.acceptedAt[0]!;
+      const minimum = stats.physicalMinimumMs({ requests: 120 });
+      console.log(
+        `[shared gate on Redis] sliding window 40/s: 120 accepted over ${span.toFixed(0)} ms (minimum ${minimum.toFixed(0)} ms), ${stats.rejected} × 429`,
+      );
+      expect(stats.rejected).toBe(0);
+      expect(statuses.filter((s) => s === 200)).toHaveLength(120);
+      expect(stats.overLimitWindows()).toBe(0);
+      expect(span).toBeLessThan(minimum * 1.25);
+    } finally {
+      await api.close();
+    }
   });
 
   it('a pause from one gate reaches the other through the store', async () => {
