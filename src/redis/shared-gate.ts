@@ -107,6 +107,8 @@ const PAUSE_SLACK_MS = 5;
 // A call found late past lateToleranceMs reserves again at most this often, then starts anyway (a
 // process late on every timer must still make progress; its deadline bounds the wait).
 const MAX_LATE_RESERVES = 3;
+/** At most this many window calls of one key ask the store at once (see `SharedGate.mayAsk`). */
+const MAX_TURNS = 8;
 // The clock offset is re-estimated from a fresh sample when the best one is older than this (ms).
 const OFFSET_SAMPLE_MS = 5_000;
 // Learned limits are written again at most this often per key and window (the store keeps them alive).
@@ -133,12 +135,16 @@ interface KeyInfo {
   readonly buckets: readonly number[];
   queued: number;
   learned: Map<string, { limit: number; at: number }> | undefined;
-  /** The window call of this key asking the store now (see `mayAsk`), and the calls waiting their turn. */
-  asker: SharedCall | undefined;
+  /** Window calls of this key holding a turn to ask the store (see `mayAsk`), and how many may. */
+  asking: number;
+  width: number;
+  /** The call holding a turn while it waits for the slot the store named (the others wait behind). */
+  head: SharedCall | undefined;
+  /** Window calls waiting for a turn, in schedule order (`seq`) from `behindHead`. */
   behind: SharedCall[];
   behindHead: number;
-  /** `passTurn` is running further up the stack (a synchronous store answers inside `submit`). */
-  passing: boolean;
+  /** `pump` is running further up the stack (a synchronous store answers inside `submit`). */
+  pumping: boolean;
 }
 
 interface SharedCall extends HeapEntry {
@@ -162,6 +168,8 @@ interface SharedCall extends HeapEntry {
    * that is not recounted (a recount counts a late call from its response anyway).
    */
   readonly lateMatters: boolean;
+  /** A window call holding a turn to ask the store (see `mayAsk`). */
+  turn: boolean;
   onAbort: (() => void) | undefined;
   resolve: (value: unknown) => void;
   reject: (error: unknown) => void;
@@ -331,6 +339,7 @@ export class SharedGate {
         hasUntimed: info.untimed.length > 0 && info.untimed.some((i) => costs[i] !== 0),
         recounts,
         lateMatters: !recounts || info.buckets.some((i) => costs[i] !== 0),
+        turn: false,
         onAbort: undefined,
         resolve,
         reject,
@@ -452,10 +461,12 @@ export class SharedGate {
       ownPauseId: this.store.pauseId(partition, scope),
       queued: 0,
       learned: undefined,
-      asker: undefined,
+      asking: 0,
+      width: 1,
+      head: undefined,
       behind: [],
       behindHead: 0,
-      passing: false,
+      pumping: false,
     };
   }
 
@@ -526,7 +537,7 @@ export class SharedGate {
     // A call on a window limit reserves only a start that has come (within lateToleranceMs), and
     // otherwise asks again when the store says a slot frees: by then the calls before it are
     // recounted from their responses, which a reservation made ahead of them could not see. (The
-    // calls of one key ask one at a time, see mayAsk.)
+    // calls of one key ask in turns, see mayAsk.)
     const maxWaitMs = Math.max(0, call.deadline - now);
     try {
       decision = this.store.reserve(
@@ -563,6 +574,10 @@ export class SharedGate {
     const now = this.clock.now();
     if (!d.ok) {
       if (d.reason === 'concurrency') {
+        if (call.turn && now < call.deadline) {
+          this.waitForSlot(call, Math.min(now + this.o.concurrencyRetryMs, call.deadline));
+          return;
+        }
         if (now >= call.deadline) {
           this.refuse(call, deadlineError(call, Infinity, false));
           return;
@@ -578,12 +593,9 @@ export class SharedGate {
       }
       // The store's wait is from its now; the deadline counts from enqueueing.
       const startsAt = now + d.retryAfterMs;
-      if (call.recounts && startsAt <= call.deadline) {
-        // A window call whose slot is ahead: wait here, then ask again (see submit). The calls
-        // behind it start no earlier: those whose deadline comes first are refused now.
-        call.state = 'retrying';
-        this.enqueueAt(call, Number.isFinite(startsAt) ? startsAt : now + this.o.concurrencyRetryMs);
-        this.refuseBehind(call.info, startsAt);
+      if (call.turn && startsAt <= call.deadline) {
+        // A window call whose slot is ahead: wait for it, then ask again (see submit).
+        this.waitForSlot(call, Number.isFinite(startsAt) ? startsAt : now + this.o.concurrencyRetryMs);
         return;
       }
       this.refuse(call, deadlineError(call, startsAt, call.attempt === 0));
@@ -591,7 +603,7 @@ export class SharedGate {
     }
     call.reservation = d;
     call.storeStartAt = d.startAt;
-    this.passTurn(call);
+    this.passTurn(call, true);
     this.sampleOffset(call.sentAt, now, d.serverNow);
     const localStart = this.toLocal(d.startAt, now, d.serverNow);
     if (localStart < this.pausedUntil(call.info, now) - PAUSE_SLACK_MS) {
@@ -652,53 +664,95 @@ export class SharedGate {
   }
 
   /**
-   * Window calls of one key ask the store one at a time, in order: a call that is told to wait
-   * keeps its turn until its slot frees, and the calls behind it wait here without asking (were
-   * they all to ask when a slot frees, all but one would be refused, again at every slot).
-   * True: `call` has the turn; false: it waits behind the caller that has it.
+   * Window calls of one key ask the store in turns, in schedule order: `width` of them at a time,
+   * doubling (up to 64) while the store admits them and back to 1 when it names a later slot. Then
+   * one call keeps its turn and waits for that slot; the others wait here without asking (were
+   * they all to ask whenever a slot frees, all but one would be refused, at every slot).
+   * True: `call` holds a turn; false: it was queued (and asks from `pump` when its turn comes).
    */
   private mayAsk(call: SharedCall): boolean {
+    if (call.turn) return true;
     const info = call.info;
-    if (info.asker === undefined || info.asker === call) {
-      info.asker = call;
-      return true;
-    }
     call.state = 'reserving';
-    const asker = info.asker;
-    if (asker.state === 'retrying' && call.deadline < asker.at) {
-      // The call ahead starts no earlier than asker.at, and this one no earlier than that.
-      this.refuse(call, deadlineError(call, asker.at, call.attempt === 0));
+    const head = info.head;
+    if (head !== undefined && call.deadline < head.at) {
+      // The call ahead starts no earlier than its slot, and this one no earlier than that.
+      this.refuse(call, deadlineError(call, head.at, call.attempt === 0));
       return false;
     }
-    info.behind.push(call);
+    this.putBack(call);
+    this.pump(info);
     return false;
   }
 
-  /** `call` is reserved, refused or gone to the failure policy: the next call of its key asks. */
-  private passTurn(call: SharedCall): void {
-    const info = call.info;
-    if (info.asker !== call) return;
-    info.asker = undefined;
-    if (info.passing) return;
-    info.passing = true;
-    while (info.asker === undefined && info.behindHead < info.behind.length) {
+  /** Queue `call` for a turn at its place in schedule order. */
+  private putBack(call: SharedCall): void {
+    const behind = this.compactBehind(call.info);
+    let i = behind.length;
+    while (i > 0 && behind[i - 1]!.seq > call.seq) i--;
+    behind.splice(i, 0, call);
+  }
+
+  /** The queue of `info` without the calls already taken from its head. */
+  private compactBehind(info: KeyInfo): SharedCall[] {
+    if (info.behindHead > 0) {
+      info.behind.splice(0, info.behindHead);
+      info.behindHead = 0;
+    }
+    return info.behind;
+  }
+
+  /** Give turns to queued calls while fewer than `width` hold one. */
+  private pump(info: KeyInfo): void {
+    if (info.pumping) return;
+    info.pumping = true;
+    while (info.asking < info.width && info.behindHead < info.behind.length) {
       const next = info.behind[info.behindHead++]!;
-      if (next.state !== 'done') this.submit(next);
+      if (next.state === 'done') continue;
+      next.turn = true;
+      info.asking++;
+      this.submit(next);
     }
     if (info.behindHead === info.behind.length) {
       info.behind = [];
       info.behindHead = 0;
     }
-    info.passing = false;
+    info.pumping = false;
   }
 
-  /** Refuse the calls waiting their turn whose deadline comes before `startsAt`. */
-  private refuseBehind(info: KeyInfo, startsAt: number): void {
-    for (let i = info.behindHead; i < info.behind.length; i++) {
-      const call = info.behind[i]!;
-      if (call.state !== 'done' && call.deadline < startsAt)
-        this.refuse(call, deadlineError(call, startsAt, call.attempt === 0));
+  /**
+   * A call holding a turn was told its slot is later (`at`): it waits for it, keeping its turn,
+   * unless another call of its key already does, and then it waits for a turn again. The calls
+   * queued behind start no earlier: those whose deadline comes first are refused now.
+   */
+  private waitForSlot(call: SharedCall, at: number): void {
+    const info = call.info;
+    info.width = 1;
+    if (info.head !== undefined && info.head !== call) {
+      call.turn = false;
+      info.asking--;
+      this.putBack(call);
+      return;
     }
+    info.head = call;
+    call.state = 'retrying';
+    this.enqueueAt(call, at);
+    for (let i = info.behindHead; i < info.behind.length; i++) {
+      const waiting = info.behind[i]!;
+      if (waiting.state !== 'done' && waiting.deadline < at)
+        this.refuse(waiting, deadlineError(waiting, at, waiting.attempt === 0));
+    }
+  }
+
+  /** `call` is reserved (`admitted`), refused or gone to the failure policy: its turn passes on. */
+  private passTurn(call: SharedCall, admitted: boolean): void {
+    if (!call.turn) return;
+    const info = call.info;
+    call.turn = false;
+    info.asking--;
+    if (info.head === call) info.head = undefined;
+    if (admitted) info.width = Math.min(info.width * 2, MAX_TURNS);
+    this.pump(info);
   }
 
   private enqueueAt(call: SharedCall, at: number): void {
@@ -1008,7 +1062,7 @@ export class SharedGate {
 
   /** The store is down (or failed this call): apply the failure policy. */
   private failover(call: SharedCall, error: unknown): void {
-    this.passTurn(call);
+    this.passTurn(call, false);
     const policy = this.o.failure;
     if (policy === 'fail-closed') {
       this.refuse(
@@ -1091,7 +1145,7 @@ export class SharedGate {
   /** Reject a call that has not started: free its place, its reservation and its budget. */
   private refuse(call: SharedCall, error: Error & { code?: string }): void {
     if (call.state === 'running' || call.state === 'done') return;
-    this.passTurn(call);
+    this.passTurn(call, false);
     if (call.heapIndex >= 0) {
       this.heap.remove(call);
       this.arm();

@@ -250,7 +250,7 @@ describe('shared gate on a memory store', () => {
     expect(await Promise.all(starts)).toEqual([1080, 1080, 2080]);
   });
 
-  it('window calls of one key ask the store one at a time: the others wait without asking, and one whose deadline comes first is refused at once', async () => {
+  it('window calls of one key ask the store in turns: while one waits for its slot the others do not ask, and one whose deadline comes first is refused at once', async () => {
     const clock = new ManualClock(T0);
     const { store, reserves } = countingStore(clock);
     const limits = [{ algorithm: 'sliding-log' as const, limit: 1, intervalMs: 1000 }];
