@@ -126,6 +126,45 @@ describe.skipIf(skip !== false)('processes sharing one quota through Redis', () 
     expect(ratePerSec).toBeGreaterThanOrEqual(0.95 * 60);
   }, 30_000);
 
+  it('4 processes sharing a sliding window at the provider’s exact limit: not one 429, near the fastest schedule', async () => {
+    // The server refuses what its exact log would exceed; the gates are told the same numbers and
+    // count each call from its response (arrivalMarginMs) and ask for window slots only when due.
+    const api = await startSimulatedApi({
+      policy: { kind: 'sliding-window', limit: 40, intervalMs: 1000 },
+      latencyMs: { min: 5, max: 20 },
+    });
+    const keyPrefix = prefix();
+    const limits = [{ algorithm: 'sliding-log' as const, limit: 40, intervalMs: 1000 }];
+    const results = await startTogether(
+      [0, 1, 2, 3].map((id) => ({
+        scenario: 'traffic' as const,
+        id,
+        redisUrl: REDIS_URL,
+        keyPrefix,
+        limits,
+        apiUrl: `${api.url}/v1`,
+        calls: 40,
+      })),
+      () => api.reset(),
+    );
+    const stats = api.stats();
+    await api.close();
+    const outcomes = results.flatMap((r) => r.outcomes);
+    expect(outcomes).toHaveLength(160);
+    expect(outcomes.every((o) => o.ok && o.status === 200)).toBe(true);
+    const at = stats.acceptedAt;
+    const spanMs = at[at.length - 1]! - at[0]!;
+    const minimum = stats.physicalMinimumMs({ requests: 160 });
+    console.log(
+      `[redis processes] 4 processes, sliding window 40/s: ${stats.rejected} × 429, ` +
+        `span ${spanMs.toFixed(0)} ms (minimum ${minimum.toFixed(0)} ms), over-limit windows ${stats.overLimitWindows()}`,
+    );
+    expect(stats.rejected).toBe(0);
+    expect(stats.accepted).toBe(160);
+    expect(stats.overLimitWindows()).toBe(0);
+    expect(spanMs).toBeLessThan(minimum * 1.25);
+  }, 30_000);
+
   it('a 429 seen by one process pauses the others for its Retry-After', async () => {
     const arrivals: { at: number; proc: string; status: number }[] = [];
     let throttledAt: number | undefined;
