@@ -286,12 +286,12 @@ export class MemoryStore implements Store {
     const p = this.partitions.get(reservation.partition);
     if (p === undefined) return;
     const at = reservation.startAt;
-    const give = (core: LimitCore, name: string, cost: number, mark: string) => {
+    const give = (core: LimitCore, name: string, cost: number, mark: string | number) => {
       if (cost === 0 || (part === 'untimed' && core.timed) || (part === 'timed' && !core.timed)) return;
       const state = p.states.get(name);
       if (state === undefined) return;
       // GCRA: only the latest take is refunded (see Store.refund).
-      if (mark !== '' && String(state) !== mark) return;
+      if (mark !== '' && String(state) !== String(mark)) return;
       this.put(p, name, core, core.refund(state, cost, at, now), now);
     };
     reservation.levels.forEach((level, i) => {

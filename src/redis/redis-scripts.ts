@@ -614,7 +614,7 @@ return reply
  * Lean on purpose (it runs for nearly every decision): one `TIME` per run, each meta hash and each
  * level's state read once per run and each state written once at the end (later calls of the batch
  * see the earlier ones' takes through a table, as they would see their writes), and `now` is
- * answered as `TIME`'s own two integers. An admitted call formats no number: it answers what it read
+ * answered as one integer, `TIME`'s microseconds (exact: below 2^53 until the year 2255). An admitted call formats no number: it answers what it read
  * (the pause it waits for, each level's state) and the client computes startAt and the marks with the
  * same operations on the same doubles; each state is written as a number, which Redis prints as a
  * round-trip decimal.
@@ -627,10 +627,11 @@ return reply
  * ARGV: minTtlMs, the number of classes, then per class: n, m, then per level slackMs and stepMs
  *   (slackMs '' = cost 0, level not consulted; 'x' = a cost above the level's capacity); then per
  *   call: its class (1-based), nowOverride ('' = TIME), maxWaitMs (-1 = none).
- * Reply: TIME's seconds and microseconds ('' '' when every call had a now override), then per call
- *   {1, from, state_1..state_n} admitted (from: the text of the pause it starts after, '' = now;
- *   state_i: the level's state as read, '' = none or cost 0, '=' = the mark of this run's previous
- *   take on that level; the client computes startAt and the marks from them), {0, waitMs (-1: unpredictable), reason}
+ * Reply: TIME in microseconds (0 when every call had a now override), then per call
+ *   {1, state_1..state_n} admitted from now, or {3, from, state_1..state_n} admitted after the pause
+ *   whose text is `from` (state_i: the level's state as read, '' = none or cost 0, '=' = the mark of
+ *   this run's previous take on that level; the client computes startAt and the marks from them),
+ *   {0, waitMs (-1: unpredictable), reason}
  *   refused, or {2}: not decided, nothing committed. The first call whose scope has learned limits
  *   answers 2 (it needs `RESERVE_LUA`), and so does every call after it, to be run again in order.
  */
@@ -639,8 +640,8 @@ export const RESERVE_BUCKETS_LUA = `
 local call, tonumber, format, ceil = redis.call, tonumber, string.format, math.ceil
 local KEYS, ARGV = KEYS, ARGV
 local minTtl = tonumber(ARGV[1])
-local reply = { '', '' }
-local r = 2
+local reply = { 0 }
+local r = 1
 local clock = nil
 
 -- Classes: first key (0-based), level and meta key counts, and the levels' slack and step by ARGV
@@ -687,9 +688,10 @@ for a = a, #ARGV - 1, 3 do
     else
       if clock == nil then
         local t = call('TIME')
-        reply[1], reply[2] = t[1], t[2]
-        -- ms = s * 1000 + µs / 1000
-        clock = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+        local sec, usec = tonumber(t[1]), tonumber(t[2])
+        -- Answered as one integer (µs, exact below 2^53); ms = s * 1000 + µs / 1000
+        reply[1] = sec * 1000000 + usec
+        clock = sec * 1000 + usec / 1000
       end
       now = clock
     end
@@ -757,8 +759,14 @@ for a = a, #ARGV - 1, 3 do
           -- Admitted. The reply carries what the decision read, not what it computed: the client
           -- repeats the same arithmetic on the same doubles for startAt and each mark (formatting a
           -- double in Lua costs more than the rest of a decision).
-          reply[r + 1], reply[r + 2] = 1, fromText
-          r = r + 2
+          -- 1: starts from now; 3: from the pause whose text follows.
+          if fromText == '' then
+            r = r + 1
+            reply[r] = 1
+          else
+            reply[r + 1], reply[r + 2] = 3, fromText
+            r = r + 2
+          end
           for i = 1, n do
             r = r + 1
             if num[b + 2 * i - 1] == false then
@@ -801,23 +809,24 @@ return reply
  * quarter of its Redis time (callgrind). The store sends it whenever a tick holds one bucket call.
  *
  * KEYS: the call's n level state keys, then its meta hashes (the partition's, then the scope's).
- * ARGV: minTtlMs, n, nowOverride ('' = TIME), maxWaitMs (-1 = none), then per level slackMs and
+ * ARGV: minTtlMs, nowOverride ('' = TIME), maxWaitMs (-1 = none), then per level slackMs and
  *   stepMs ('' = cost 0; 'x' = a cost above the level's capacity).
  * Reply: as `RESERVE_BUCKETS_LUA` for one call.
  */
 export const RESERVE_BUCKET_LUA = `
 local call, tonumber = redis.call, tonumber
 local KEYS, ARGV = KEYS, ARGV
-local n = tonumber(ARGV[2])
+local n = (#ARGV - 3) / 2
 local last = #KEYS
-local sec, usec, now = '', '', nil
-if ARGV[3] == '' then
+local us, now = 0, nil
+if ARGV[2] == '' then
   local t = call('TIME')
-  sec, usec = t[1], t[2]
-  -- ms = s * 1000 + µs / 1000
-  now = tonumber(sec) * 1000 + tonumber(usec) / 1000
+  local sec, usec = tonumber(t[1]), tonumber(t[2])
+  -- Answered as one integer (µs, exact below 2^53); ms = s * 1000 + µs / 1000
+  us = sec * 1000000 + usec
+  now = sec * 1000 + usec / 1000
 else
-  now = tonumber(ARGV[3])
+  now = tonumber(ARGV[2])
 end
 -- Nothing starts before the latest pause that holds the call; learned limits on its scope (the last
 -- meta hash) need RESERVE_LUA: answer 2, nothing done.
@@ -829,15 +838,15 @@ for j = n + 1, last do
       local untilMs = tonumber(flat[f + 1])
       if untilMs and untilMs > from then from, fromText = untilMs, flat[f + 1] end
     elseif j == last then
-      return { sec, usec, 2 }
+      return { us, 2 }
     end
   end
 end
 local startAt = from
 local tats, seen = {}, {}
 for i = 1, n do
-  local slack = ARGV[3 + 2 * i]
-  if slack == 'x' then return { sec, usec, 0, '-1', 'capacity' } end
+  local slack = ARGV[2 + 2 * i]
+  if slack == 'x' then return { us, 0, '-1', 'capacity' } end
   if slack ~= '' then
     local raw = call('GET', KEYS[i])
     -- core/gcra.ts gcraEarliestAt: max(TAT - slack, from); no state is a TAT of now.
@@ -849,21 +858,25 @@ for i = 1, n do
   end
 end
 -- waitMs = startAt - now: how long the call would wait for its start.
-local maxWait = tonumber(ARGV[4])
+local maxWait = tonumber(ARGV[3])
 if maxWait >= 0 and startAt - now > maxWait then
-  return { sec, usec, 0, string.format('%.17g', startAt - now), 'wait' }
+  return { us, 0, string.format('%.17g', startAt - now), 'wait' }
 end
 local minTtl = tonumber(ARGV[1])
-local reply = { sec, usec, 1, fromText }
+-- 1: starts from now; 3: from the pause whose text follows.
+local reply, r = { us, 1 }, 2
+if fromText ~= '' then
+  reply[2], reply[3], r = 3, fromText, 3
+end
 for i = 1, n do
   local tat = tats[i]
   if tat == nil then
-    reply[4 + i] = ''
+    reply[r + i] = ''
   else
-    reply[4 + i] = seen[i]
+    reply[r + i] = seen[i]
     -- core/gcra.ts gcraTake: max(TAT, startAt) + cost·T
     if startAt > tat then tat = startAt end
-    tat = tat + tonumber(ARGV[4 + 2 * i])
+    tat = tat + tonumber(ARGV[3 + 2 * i])
     -- TTL (ms) until the TAT, at least 1 ms (and minTtl).
     local ttl = math.ceil(tat - now) + 1
     if ttl < minTtl then ttl = minTtl end

@@ -204,6 +204,16 @@ function sameCosts(a: readonly number[], b: readonly number[]): boolean {
 
 const num = (value: unknown): number => (value === '-1' ? Infinity : Number(value));
 
+/**
+ * The server's clock (ms) from the bucket scripts' first answer, `TIME` in µs (0: every call had a
+ * now override): s × 1000 + µs / 1000, the very operations the script does on the same integers.
+ */
+function timeOf(us: number): number {
+  if (us === 0) return Number.NaN;
+  const micros = us % 1_000_000;
+  return ((us - micros) / 1_000_000) * 1000 + micros / 1000;
+}
+
 /** A level's bucket constants for `cost` (cached for the last cost seen). */
 function bucketInfo(level: StoreLevel, cost: number): LevelInfo {
   const info = infoOf(level);
@@ -556,7 +566,7 @@ export class RedisStore implements Store {
     const { shape, costs } = q;
     const keys = shape.keys;
     const args: (string | number)[] = [scripts.reserveBucket.sha, keys.length, ...keys];
-    args.push(this.minTtlMs, shape.nArg, q.nowArg, q.maxWaitArg);
+    args.push(this.minTtlMs, q.nowArg, q.maxWaitArg);
     this.pushLevelArgs(args, shape.levels, costs);
     return args;
   }
@@ -604,28 +614,28 @@ export class RedisStore implements Store {
 
   /** Answer each decision of `batch` from its part of the bucket script's reply. */
   private split(batch: readonly Queued[], reply: readonly (string | number)[]): void {
-    // The server's clock: ms = s × 1000 + µs / 1000, as the script computes it.
-    const serverNow = reply[0] === '' ? Number.NaN : Number(reply[0]) * 1000 + Number(reply[1]) / 1000;
-    let r = 2;
+    const serverNow = timeOf(reply[0] as number);
+    let r = 1;
     let undecided: Queued[] | undefined;
     // Each level's mark after the latest take of this batch (a later call answers '=' for it).
     const taken = batch.length > 1 ? new Map<string, number>() : undefined;
     for (const q of batch) {
       const now = q.nowArg === '' ? serverNow : q.nowMs;
       const kind = reply[r];
-      if (kind === 1) {
+      if (kind === 1 || kind === 3) {
         const { levels, keys } = q.shape;
         const n = levels.length;
         const costs = q.costs;
-        // The script's arithmetic, on what it read (see RESERVE_BUCKETS_LUA).
-        const fromText = reply[r + 1] as string;
-        const from = fromText === '' ? now : Number(fromText);
+        // The script's arithmetic, on what it read (see RESERVE_BUCKETS_LUA): 3 starts after the
+        // pause whose text follows.
+        const from = kind === 1 ? now : Number(reply[r + 1]);
+        if (kind === 3) r++;
         let startAt = from;
         const tats = scratch;
         const steps = scratchSteps;
         for (let i = 0; i < n; i++) {
           if (costs[i] === 0) continue;
-          const state = reply[r + 2 + i] as string;
+          const state = reply[r + 1 + i] as string;
           // No state (or an unreadable one) is a TAT of now.
           const read = state === '=' ? taken!.get(keys[i]!)! : state === '' ? now : Number(state);
           const tat = Number.isNaN(read) ? now : read;
@@ -637,7 +647,9 @@ export class RedisStore implements Store {
           if (atMs < from) atMs = from;
           if (atMs > startAt) startAt = atMs;
         }
-        const marks: string[] = new Array(n);
+        // Marks stay numbers: printing a double costs more than the rest of this answer, and only
+        // a refund (rare) needs the text (ioredis prints it, shortest round trip, for the script).
+        const marks: (string | number)[] = new Array(n);
         for (let i = 0; i < n; i++) {
           if (costs[i] === 0) {
             marks[i] = '';
@@ -645,10 +657,10 @@ export class RedisStore implements Store {
           }
           // core/gcra.ts gcraTake: max(TAT, startAt) + cost·T
           const mark = Math.max(tats[i]!, startAt) + steps[i]!;
-          marks[i] = String(mark);
+          marks[i] = mark;
           taken?.set(keys[i]!, mark);
         }
-        r += 2 + n;
+        r += 1 + n;
         q.resolve({
           ok: true,
           startAt,

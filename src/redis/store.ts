@@ -52,8 +52,11 @@ export interface StoreReservation {
   readonly scope: string;
   readonly levels: readonly StoreLevel[];
   readonly costs: readonly number[];
-  /** Per level, what a refund checks (GCRA: the TAT after this take). Opaque. */
-  readonly marks: readonly string[];
+  /**
+   * Per level, what a refund checks (GCRA: the TAT after this take, as a number or its decimal
+   * text; '' when there is nothing to check). Opaque.
+   */
+  readonly marks: readonly (string | number)[];
   /** Learned levels this reservation charged: their id, cost and mark. */
   readonly learned: readonly { readonly id: string; readonly cost: number; readonly mark: string }[];
 }
