@@ -665,9 +665,9 @@ export class SharedGate {
 
   /**
    * Window calls of one key ask the store in turns, in schedule order: `width` of them at a time,
-   * doubling (up to 64) while the store admits them and back to 1 when it names a later slot. Then
-   * one call keeps its turn and waits for that slot; the others wait here without asking (were
-   * they all to ask whenever a slot frees, all but one would be refused, at every slot).
+   * doubling (up to `MAX_TURNS`) while the store admits them and back to 1 when it names a later
+   * slot. Then one call keeps its turn and waits for that slot; the others wait here without asking
+   * (were they all to ask whenever a slot frees, all but one would be refused, at every slot).
    * True: `call` holds a turn; false: it was queued (and asks from `pump` when its turn comes).
    */
   private mayAsk(call: SharedCall): boolean {
