@@ -8,12 +8,17 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import type { LimitSpec } from '../../src/core/limit.js';
 import { QueueTimeoutError } from '../../src/errors.js';
 import { RedisLedger } from '../../src/redis/redis-ledger.js';
 import { RedisStore } from '../../src/redis/redis-store.js';
 import { createSharedGate } from '../../src/redis/shared-gate.js';
-import { startSimulatedApi } from '../../src/testing/simulated-api.js';
-import type { ChildMessage, HoldConfig, TrafficConfig } from '../helpers/redis-child.js';
+import {
+  type SimulatedApi,
+  type SimulatedApiStats,
+  startSimulatedApi,
+} from '../../src/testing/simulated-api.js';
+import type { CallOutcome, ChildMessage, HoldConfig, TrafficConfig } from '../helpers/redis-child.js';
 import { REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
 
 const skip = await redisSkipReason();
@@ -65,6 +70,38 @@ async function startTogether(
   return (await Promise.all(runs.map((r) => r.next()))) as Extract<ChildMessage, { type: 'done' }>[];
 }
 
+/**
+ * Four traffic processes sending `calls` each to `api` through shared gates with `limits`, started
+ * together on a fresh key prefix; the server's counters start with them. Answers what the server
+ * saw and every call's outcome, once all have settled (the server is closed).
+ */
+async function fourProcesses(
+  api: SimulatedApi,
+  limits: readonly LimitSpec[],
+  calls: number,
+): Promise<{ stats: SimulatedApiStats; outcomes: CallOutcome[]; perProcess: number[] }> {
+  const keyPrefix = prefix();
+  const results = await startTogether(
+    [0, 1, 2, 3].map((id) => ({
+      scenario: 'traffic' as const,
+      id,
+      redisUrl: REDIS_URL,
+      keyPrefix,
+      limits,
+      apiUrl: `${api.url}/v1`,
+      calls,
+    })),
+    () => api.reset(),
+  );
+  const stats = api.stats();
+  await api.close();
+  return {
+    stats,
+    outcomes: results.flatMap((r) => r.outcomes),
+    perProcess: results.map((r) => r.outcomes.length),
+  };
+}
+
 /** A loopback HTTP server; `handler` answers (or not). */
 async function localServer(
   handler: Parameters<typeof createServer>[1],
@@ -80,31 +117,16 @@ const prefix = () => `tollgate-proc-${process.pid}-${Date.now()}-${Math.floor(Ma
 describe.skipIf(skip !== false)('processes sharing one quota through Redis', () => {
   it('4 processes sharing 60 req/s: no window over the limit at the server, >= 95% of the limit', async () => {
     const api = await startSimulatedApi({ policy: { kind: 'none' } });
-    const keyPrefix = prefix();
     // 58/s steady spacing: the server's exact "60 in any second" keeps 2 requests (34 ms) of margin for
     // the time between a process starting a call and the server seeing it.
     const limits = [{ algorithm: 'leaky-bucket' as const, limit: 58, intervalMs: 1000 }];
-    const results = await startTogether(
-      [0, 1, 2, 3].map((id) => ({
-        scenario: 'traffic' as const,
-        id,
-        redisUrl: REDIS_URL,
-        keyPrefix,
-        limits,
-        apiUrl: `${api.url}/v1`,
-        calls: 60,
-      })),
-      () => api.reset(),
-    );
-    const stats = api.stats();
-    await api.close();
-    const outcomes = results.flatMap((r) => r.outcomes);
+    const { stats, outcomes, perProcess } = await fourProcesses(api, limits, 60);
     // Every call settled, none lost, all answered 200.
     expect(outcomes).toHaveLength(240);
     expect(outcomes.every((o) => o.ok && o.status === 200)).toBe(true);
     expect(stats.accepted).toBe(240);
     // Each process took part.
-    for (const r of results) expect(r.outcomes.length).toBe(60);
+    expect(perProcess).toEqual([60, 60, 60, 60]);
     const overLimit = stats.overLimitWindows({ kind: 'sliding-window', limit: 60, intervalMs: 1000 });
     const at = stats.acceptedAt;
     const spanMs = at[at.length - 1]! - at[0]!;
@@ -133,23 +155,8 @@ describe.skipIf(skip !== false)('processes sharing one quota through Redis', () 
       policy: { kind: 'sliding-window', limit: 40, intervalMs: 1000 },
       latencyMs: { min: 5, max: 20 },
     });
-    const keyPrefix = prefix();
     const limits = [{ algorithm: 'sliding-log' as const, limit: 40, intervalMs: 1000 }];
-    const results = await startTogether(
-      [0, 1, 2, 3].map((id) => ({
-        scenario: 'traffic' as const,
-        id,
-        redisUrl: REDIS_URL,
-        keyPrefix,
-        limits,
-        apiUrl: `${api.url}/v1`,
-        calls: 40,
-      })),
-      () => api.reset(),
-    );
-    const stats = api.stats();
-    await api.close();
-    const outcomes = results.flatMap((r) => r.outcomes);
+    const { stats, outcomes } = await fourProcesses(api, limits, 40);
     expect(outcomes).toHaveLength(160);
     expect(outcomes.every((o) => o.ok && o.status === 200)).toBe(true);
     const at = stats.acceptedAt;
