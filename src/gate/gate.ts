@@ -13,6 +13,7 @@ import {
 } from '../core/adaptation.js';
 import { createLimit } from '../core/create-limit.js';
 import type { LimitCore, LimitSpec } from '../core/limit.js';
+import { countsWindow as countsWindowAlgorithm, recountAt } from '../core/recount.js';
 import { createServerQuota, type ServerQuotaState } from '../core/server-quota.js';
 import {
   AbortedError,
@@ -247,8 +248,7 @@ function commit(cores: readonly LimitCore[], states: unknown[], costs: readonly 
 
 /** Fixed, sliding-log and sliding windows: the limits `recount` moves to the response time. */
 function countsWindow(core: LimitCore): boolean {
-  const algorithm = core.algorithm;
-  return algorithm === 'fixed-window' || algorithm === 'sliding-log' || algorithm === 'sliding-window';
+  return countsWindowAlgorithm(core.algorithm);
 }
 
 /** Earliest time >= `from` at which the adaptive levels admit a call of `cost`. */
@@ -1187,7 +1187,7 @@ export class Gate {
   ): void {
     const margin = this.arrivalMarginMs;
     const move = (core: LimitCore, state: unknown, cost: number): unknown => {
-      const at = Math.min(now, startedAt + Math.max(margin, core.spec.intervalMs / 10));
+      const at = recountAt(core.spec.intervalMs, startedAt, margin, now);
       if (!(at > startedAt)) return state;
       return core.take(core.refund(state, cost, startedAt, now), cost, at);
     };

@@ -2,6 +2,7 @@ import { type Clock, systemClock } from '../clock.js';
 import { createLimit } from '../core/create-limit.js';
 import type { Algorithm, LimitCore, LimitSpec } from '../core/limit.js';
 import type { NormalizedLimitSpec } from '../core/normalize-limit-spec.js';
+import { countsWindow as countsWindowAlgorithm, recountAt } from '../core/recount.js';
 import { integer, invalid, plainObject } from '../validate.js';
 import type {
   LearnOptions,
@@ -117,16 +118,7 @@ export function claimRecount(reservation: StoreReservation): boolean {
 
 /** Fixed windows, sliding windows and sliding logs: the levels a recount moves. */
 export function countsWindow(spec: NormalizedLimitSpec): boolean {
-  const a = spec.algorithm;
-  return a === 'fixed-window' || a === 'sliding-window' || a === 'sliding-log';
-}
-
-/**
- * Where a recount puts a call started at `startAt` whose response came at `now`: the in-memory
- * gate's rule, `min(now, startAt + max(marginMs, intervalMs / 10))`.
- */
-export function recountAt(spec: NormalizedLimitSpec, startAt: number, marginMs: number, now: number): number {
-  return Math.min(now, startAt + Math.max(marginMs, spec.intervalMs / 10));
+  return countsWindowAlgorithm(spec.algorithm);
 }
 
 let nextId = 0;
@@ -320,7 +312,7 @@ export class MemoryStore implements Store {
       const spec = levels[i]!.spec;
       const cost = costs[i]!;
       if (cost === 0 || !countsWindow(spec)) continue;
-      const at = recountAt(spec, startAt, marginMs, now);
+      const at = recountAt(spec.intervalMs, startAt, marginMs, now);
       if (!(at > startAt)) continue;
       const name = levelName(levels[i]!);
       const state = p.states.get(name);
