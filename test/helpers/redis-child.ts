@@ -24,6 +24,7 @@ export interface TrafficConfig {
   readonly apiUrl: string;
   readonly calls: number;
   readonly maxQueueTimeMs?: number;
+  readonly arrivalMarginMs?: number;
 }
 
 export interface HoldConfig {
@@ -82,6 +83,7 @@ async function traffic(config: TrafficConfig): Promise<void> {
     failure: 'fail-closed',
     commandTimeoutMs: 1000,
     ...(config.maxQueueTimeMs === undefined ? {} : { maxQueueTimeMs: config.maxQueueTimeMs }),
+    ...(config.arrivalMarginMs === undefined ? {} : { arrivalMarginMs: config.arrivalMarginMs }),
   });
   let paused = 0;
   gate.onPause(() => paused++);
