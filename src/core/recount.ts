@@ -5,15 +5,27 @@
  * the provider's. The move is capped, so a slow response (a long generation) costs at most a tenth
  * of the window's throughput.
  */
+import type { LimitCore } from './limit.js';
+
 /** Fixed windows, sliding windows and sliding logs: the limits a recount moves. */
 export function countsWindow(algorithm: string): boolean {
   return algorithm === 'fixed-window' || algorithm === 'sliding-window' || algorithm === 'sliding-log';
 }
 
 /**
- * Where a call started at `startAt` whose response came at `now` is counted:
- * `min(now, startAt + max(marginMs, intervalMs / 10))`.
+ * `state` of the window limit `core` with a call of `cost`, taken at `startAt`, counted where its
+ * response (at `now`) puts it instead: `min(now, startAt + max(marginMs, intervalMs / 10))`.
+ * Answers `state` itself when that is no later than `startAt`.
  */
-export function recountAt(intervalMs: number, startAt: number, marginMs: number, now: number): number {
-  return Math.min(now, startAt + Math.max(marginMs, intervalMs / 10));
+export function recountState<S>(
+  core: LimitCore<S>,
+  state: S,
+  cost: number,
+  startAt: number,
+  marginMs: number,
+  now: number,
+): S {
+  const at = Math.min(now, startAt + Math.max(marginMs, core.spec.intervalMs / 10));
+  if (!(at > startAt)) return state;
+  return core.take(core.refund(state, cost, startAt, now), cost, at);
 }

@@ -13,7 +13,7 @@ import {
 } from '../core/adaptation.js';
 import { createLimit } from '../core/create-limit.js';
 import type { LimitCore, LimitSpec } from '../core/limit.js';
-import { countsWindow as countsWindowAlgorithm, recountAt } from '../core/recount.js';
+import { countsWindow, recountState } from '../core/recount.js';
 import { createServerQuota, type ServerQuotaState } from '../core/server-quota.js';
 import {
   AbortedError,
@@ -246,11 +246,6 @@ function commit(cores: readonly LimitCore[], states: unknown[], costs: readonly 
   }
 }
 
-/** Fixed, sliding-log and sliding windows: the limits `recount` moves to the response time. */
-function countsWindow(core: LimitCore): boolean {
-  return countsWindowAlgorithm(core.algorithm);
-}
-
 /** Earliest time >= `from` at which the adaptive levels admit a call of `cost`. */
 function extraEarliest(extra: Extra, states: unknown[], cost: ScheduleOptions['cost'], from: number): number {
   let t = from;
@@ -472,8 +467,8 @@ export class Gate {
   private configure(): void {
     const key = this.keyCores;
     this.compact = key.length === 1 && key[0]!.creditsLateStart;
-    this.recounts =
-      this.arrivalMarginMs > 0 && (this.globalCores.some(countsWindow) || key.some(countsWindow));
+    const windowed = (core: LimitCore) => countsWindow(core.algorithm);
+    this.recounts = this.arrivalMarginMs > 0 && (this.globalCores.some(windowed) || key.some(windowed));
     this.observe = this.recounts || this.globalCores.some((c) => !c.timed) || key.some((c) => !c.timed);
     this.defaultG = this.globalCores.map((c) => (c.unit === 'requests' ? 1 : 0));
     this.defaultK = key.map((c) => (c.unit === 'requests' ? 1 : 0));
@@ -1186,20 +1181,17 @@ export class Gate {
     now: number,
   ): void {
     const margin = this.arrivalMarginMs;
-    const move = (core: LimitCore, state: unknown, cost: number): unknown => {
-      const at = recountAt(core.spec.intervalMs, startedAt, margin, now);
-      if (!(at > startedAt)) return state;
-      return core.take(core.refund(state, cost, startedAt, now), cost, at);
-    };
+    const move = (core: LimitCore, state: unknown, cost: number): unknown =>
+      recountState(core, state, cost, startedAt, margin, now);
     for (let i = 0; i < gcores.length; i++) {
       const core = gcores[i]!;
-      if (!gcosts[i] || !countsWindow(core) || this.globalCores[i] !== core) continue;
+      if (!gcosts[i] || !countsWindow(core.algorithm) || this.globalCores[i] !== core) continue;
       this.globalStates[i] = move(core, this.globalStates[i], gcosts[i]!);
       if (p.shadowG !== undefined) p.shadowG[i] = move(core, p.shadowG[i], gcosts[i]!);
     }
     for (let i = 0; i < kcores.length; i++) {
       const core = kcores[i]!;
-      if (!kcosts[i] || !countsWindow(core) || this.keyCores[i] !== core) continue;
+      if (!kcosts[i] || !countsWindow(core.algorithm) || this.keyCores[i] !== core) continue;
       p.keyStates[i] = move(core, p.keyStates[i], kcosts[i]!);
       if (p.shadowK !== undefined) p.shadowK[i] = move(core, p.shadowK[i], kcosts[i]!);
     }

@@ -2,7 +2,7 @@ import { type Clock, systemClock } from '../clock.js';
 import { createLimit } from '../core/create-limit.js';
 import type { Algorithm, LimitCore, LimitSpec } from '../core/limit.js';
 import type { NormalizedLimitSpec } from '../core/normalize-limit-spec.js';
-import { countsWindow as countsWindowAlgorithm, recountAt } from '../core/recount.js';
+import { countsWindow, recountState } from '../core/recount.js';
 import { integer, invalid, plainObject } from '../validate.js';
 import type {
   LearnOptions,
@@ -114,11 +114,6 @@ export function claimRecount(reservation: StoreReservation): boolean {
   if (done === 'all' || done === 'timed') return false;
   settled.set(reservation, done === 'untimed' ? 'all' : 'timed');
   return true;
-}
-
-/** Fixed windows, sliding windows and sliding logs: the levels a recount moves. */
-export function countsWindow(spec: NormalizedLimitSpec): boolean {
-  return countsWindowAlgorithm(spec.algorithm);
 }
 
 let nextId = 0;
@@ -311,14 +306,12 @@ export class MemoryStore implements Store {
     for (let i = 0; i < levels.length; i++) {
       const spec = levels[i]!.spec;
       const cost = costs[i]!;
-      if (cost === 0 || !countsWindow(spec)) continue;
-      const at = recountAt(spec.intervalMs, startAt, marginMs, now);
-      if (!(at > startAt)) continue;
+      if (cost === 0 || !countsWindow(spec.algorithm)) continue;
       const name = levelName(levels[i]!);
       const state = p.states.get(name);
       if (state === undefined) continue;
       const core = coreOf(spec);
-      this.put(p, name, core, core.take(core.refund(state, cost, startAt, now), cost, at), now);
+      this.put(p, name, core, recountState(core, state, cost, startAt, marginMs, now), now);
     }
     this.dropIfEmpty(reservation.partition, p, now);
   }

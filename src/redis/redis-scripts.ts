@@ -942,7 +942,7 @@ local margin, startAt = tonumber(ARGV[3]), tonumber(ARGV[4])
 for i = 1, #KEYS do
   local a = 4 + (i - 1) * 5
   local algo, I, cost = ARGV[a + 1], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 5])
-  -- core/recount.ts recountAt: min(now, startAt + max(marginMs, intervalMs / 10))
+  -- core/recount.ts recountState: min(now, startAt + max(marginMs, intervalMs / 10))
   local cap = I / 10
   if margin > cap then cap = margin end
   local at = startAt + cap

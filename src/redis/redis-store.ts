@@ -1,13 +1,13 @@
 import { createLimit } from '../core/create-limit.js';
 import { emissionIntervalMs } from '../core/gcra.js';
 import type { LimitSpec } from '../core/limit.js';
+import { countsWindow } from '../core/recount.js';
 import { StoreUnavailableError } from '../errors.js';
 import { integer, invalid, nonEmptyString, plainObject } from '../validate.js';
 import {
   algorithmCodes,
   claimRecount,
   claimRefund,
-  countsWindow,
   learnedId,
   learnedSpecText,
   levelName,
@@ -817,6 +817,7 @@ export class RedisStore implements Store {
   private recountWith(nowArg: string, reservation: StoreReservation, marginMs: number): Promise<void> {
     if (typeof marginMs !== 'number' || !(marginMs >= 0))
       return Promise.reject(invalid('marginMs', 'a number >= 0', marginMs));
+    if (!claimRecount(reservation)) return Promise.resolve();
     const { levels, costs } = reservation;
     // Only the window levels the call was charged on; nothing to send for the others.
     const keys: string[] = [];
@@ -824,12 +825,12 @@ export class RedisStore implements Store {
     const tag = this.tagOf(reservation.partition);
     for (let i = 0; i < levels.length; i++) {
       const level = levels[i]!;
-      if (costs[i] === 0 || !countsWindow(level.spec)) continue;
+      if (costs[i] === 0 || !countsWindow(level.spec.algorithm)) continue;
       const info = infoOf(level);
       keys.push(`${tag}:s:${info.suffix}`);
       args.push(info.args[0]!, info.args[1]!, info.args[2]!, info.args[3]!, String(costs[i]));
     }
-    if (!claimRecount(reservation) || keys.length === 0) return Promise.resolve();
+    if (keys.length === 0) return Promise.resolve();
     if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
     return this.runner.evalsha(scripts.recount, keys.length, [...keys, ...args]).then(() => undefined);
   }

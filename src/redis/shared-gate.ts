@@ -9,6 +9,7 @@ import {
   verdictFor,
 } from '../core/adaptation.js';
 import type { LimitCore } from '../core/limit.js';
+import { countsWindow } from '../core/recount.js';
 import {
   AbortedError,
   GateClosedError,
@@ -42,7 +43,6 @@ import {
 import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
 import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
 import { invalid } from '../validate.js';
-import { countsWindow } from './memory-store.js';
 import {
   type FailurePolicy,
   type NormalizedSharedGateOptions,
@@ -452,7 +452,7 @@ export class SharedGate {
       scope,
       levels,
       untimed: levels.flatMap((level, i) => (level.spec.algorithm === 'concurrency' ? [i] : [])),
-      windows: levels.flatMap((level, i) => (countsWindow(level.spec) ? [i] : [])),
+      windows: levels.flatMap((level, i) => (countsWindow(level.spec.algorithm) ? [i] : [])),
       buckets: levels.flatMap((level, i) => {
         const a = level.spec.algorithm;
         return a === 'token-bucket' || a === 'leaky-bucket' ? [i] : [];
@@ -685,21 +685,14 @@ export class SharedGate {
     return false;
   }
 
-  /** Queue `call` for a turn at its place in schedule order. */
+  /** Queue `call` for a turn at its place in schedule order (at the end, unless it was there before). */
   private putBack(call: SharedCall): void {
-    const behind = this.compactBehind(call.info);
+    const info = call.info;
+    const behind = info.behind;
     let i = behind.length;
-    while (i > 0 && behind[i - 1]!.seq > call.seq) i--;
-    behind.splice(i, 0, call);
-  }
-
-  /** The queue of `info` without the calls already taken from its head. */
-  private compactBehind(info: KeyInfo): SharedCall[] {
-    if (info.behindHead > 0) {
-      info.behind.splice(0, info.behindHead);
-      info.behindHead = 0;
-    }
-    return info.behind;
+    while (i > info.behindHead && behind[i - 1]!.seq > call.seq) i--;
+    if (i === info.behindHead && i > 0) behind[--info.behindHead] = call;
+    else behind.splice(i, 0, call);
   }
 
   /** Give turns to queued calls while fewer than `width` hold one. */
