@@ -177,10 +177,15 @@ export function storeContract(
       // One entry left (T0 + 10): one more now, the next when it leaves.
       expect(granted(await store.reserveAt(p, [log], [1], 0, T0 + 100)).startAt).toBe(T0 + 100);
       expect(granted(await store.reserveAt(p, [log], [1], 10_000, T0 + 100)).startAt).toBe(T0 + 1010);
-      // A bad margin is named (thrown or rejected, as the store answers).
-      await expect(Promise.resolve().then(() => store.recountAt(bucket, -1, T0 + 100))).rejects.toThrow(
-        /marginMs/,
-      );
+      // A bad margin is named (thrown or rejected, as the store answers) and changes nothing.
+      const held = granted(await store.reserveAt(p, [log], [1], 10_000, T0 + 200));
+      for (const bad of [-1, Number.NaN, '50', undefined]) {
+        await expect(
+          Promise.resolve().then(() => store.recountAt(held, bad as never, T0 + 300)),
+        ).rejects.toThrow(/marginMs/);
+      }
+      // The reservation was not claimed by the refused calls: it can still be recounted.
+      await store.recountAt(held, 0, T0 + 1015);
     });
 
     it('a concurrency limit refuses when full and reopens when a call releases its permit', async () => {
