@@ -20,7 +20,12 @@ const OPEN_MS = 2_000;
  * 2 of each, ...): a tail latency from one run on a shared machine is mostly that moment's noise,
  * so the table gives the median run and the range.
  */
-const ROUNDS = 7;
+const ROUNDS = Number(process.env['REDIS_BENCH_ROUNDS'] ?? 7);
+/**
+ * Run only the contenders whose name matches this regular expression (case-insensitive), for a
+ * focused comparison run alone: `REDIS_BENCH_ONLY='no auto|Bottleneck' node --import tsx bench/redis.ts`.
+ */
+const ONLY = process.env['REDIS_BENCH_ONLY'] ? new RegExp(process.env['REDIS_BENCH_ONLY'], 'i') : undefined;
 const CONCURRENCY = 64;
 
 interface Contender {
@@ -337,6 +342,10 @@ export async function redisBench(): Promise<{ markdown: string }> {
     const contender = await spec.make();
     if (typeof contender === 'string') {
       notes.push(contender);
+      continue;
+    }
+    if (ONLY !== undefined && !ONLY.test(contender.name)) {
+      await contender.close();
       continue;
     }
     // Warm-up: scripts loaded, JIT settled.
