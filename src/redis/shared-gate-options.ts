@@ -44,6 +44,8 @@ export interface SharedGateOptions {
    * While the store is down: `'fail-closed'` rejects calls with `StoreUnavailableError`;
    * `'fail-open'` admits them unthrottled; `'local'` sends them through an in-memory gate holding
    * `localShare` of every limit. Budgets on a Redis ledger never fail open: their calls are refused.
+   * The policy applies to new calls and, as soon as the failure is seen, to calls waiting to ask the
+   * store; calls already holding a reservation start at their reserved time.
    * @default 'local'
    */
   failure?: FailurePolicy;

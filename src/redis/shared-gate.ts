@@ -254,6 +254,8 @@ export class SharedGate {
   private inFlight = 0;
   private started = 0;
   private closed = false;
+  /** `close({ queued: 'reject' })` was called: a call that has not started is refused wherever it is. */
+  private rejectQueued = false;
   private closeWaiters: (() => void)[] = [];
 
   private readonly storeDownEvents = new Emitter<StoreDownEvent>();
@@ -414,18 +416,24 @@ export class SharedGate {
     const mode = options.queued ?? 'run';
     if (mode !== 'run' && mode !== 'reject') throw invalid('queued', "'run' or 'reject'", mode);
     this.closed = true;
+    let fallbackClosed: Promise<void> | undefined;
     if (mode === 'reject') {
+      // Calls whose store answer is still in flight are refused when it lands (decided), and calls
+      // that would ask again are refused instead (submit).
+      this.rejectQueued = true;
       // Calls waiting their turn first: refusing a turn's holder passes it on (see passTurn).
       for (const info of [this.defaultInfo, ...this.keyInfos.values()]) {
         for (const call of info.behind.slice(info.behindHead)) this.refuse(call, new GateClosedError());
       }
       for (const call of this.heap.entries()) this.refuse(call, new GateClosedError());
+      // Calls queued in the local fallback are refused there (and settle here as refused).
+      fallbackClosed = this.fallback?.close({ queued: 'reject' });
     }
     if (!this.settledForClose()) await new Promise<void>((resolve) => this.closeWaiters.push(resolve));
     if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
     if (this.probeTimer !== undefined) this.clock.clearTimeout(this.probeTimer);
     this.disposePauses();
-    await this.fallback?.close();
+    await (fallbackClosed ?? this.fallback?.close());
     if (this.o.ownsStore) await this.store.close();
   }
 
@@ -525,6 +533,10 @@ export class SharedGate {
   /** Reserve in the store, or apply the failure policy when it is down. */
   private submit(call: SharedCall): void {
     if (call.state === 'done') return;
+    if (this.rejectQueued) {
+      this.refuse(call, new GateClosedError());
+      return;
+    }
     if (!this.up) {
       this.failover(call, undefined);
       return;
@@ -571,6 +583,12 @@ export class SharedGate {
       if (d.ok) this.giveBack(d);
       return;
     }
+    if (this.rejectQueued) {
+      // Closed with queued: 'reject' while the store decided.
+      if (d.ok) this.giveBack(d);
+      this.refuse(call, new GateClosedError());
+      return;
+    }
     const now = this.clock.now();
     if (!d.ok) {
       if (d.reason === 'concurrency') {
@@ -603,22 +621,25 @@ export class SharedGate {
     }
     call.reservation = d;
     call.storeStartAt = d.startAt;
-    this.passTurn(call, true);
     this.sampleOffset(call.sentAt, now, d.serverNow);
     const localStart = this.toLocal(d.startAt, now, d.serverNow);
     if (localStart < this.pausedUntil(call.info, now) - PAUSE_SLACK_MS) {
       // A pause this reservation did not see yet (heard while it was in flight): plan again.
+      this.passTurn(call, true);
       this.giveBack(d);
       call.reservation = undefined;
       this.submit(call);
       return;
     }
-    if (localStart <= now) {
-      this.startOrReserveAgain(call, localStart, now);
-      return;
+    if (localStart <= now) this.startOrReserveAgain(call, localStart, now);
+    else {
+      call.state = 'waiting';
+      this.enqueueAt(call, localStart);
     }
-    call.state = 'waiting';
-    this.enqueueAt(call, localStart);
+    // The turn passes once the call started or holds its start (not before: with a synchronous
+    // store the calls behind would be decided, and could start, ahead of it). A call that reserves
+    // again keeps its turn until that answer.
+    if (call.state !== 'reserving') this.passTurn(call, true);
   }
 
   /**
@@ -702,6 +723,11 @@ export class SharedGate {
     while (info.asking < info.width && info.behindHead < info.behind.length) {
       const next = info.behind[info.behindHead++]!;
       if (next.state === 'done') continue;
+      if (this.clock.now() > next.deadline) {
+        // Its turn came after its deadline (the calls ahead were answered late): too late to ask.
+        this.refuse(next, deadlineError(next, Infinity, false));
+        continue;
+      }
       next.turn = true;
       info.asking++;
       this.submit(next);
@@ -724,6 +750,12 @@ export class SharedGate {
     if (info.head !== undefined && info.head !== call) {
       call.turn = false;
       info.asking--;
+      // It asks again only after the head's turn, so it starts no earlier than the head's slot.
+      const startsAt = Math.max(at, info.head.at);
+      if (call.deadline < startsAt) {
+        this.refuse(call, deadlineError(call, startsAt, call.attempt === 0));
+        return;
+      }
       this.putBack(call);
       return;
     }
@@ -1028,6 +1060,31 @@ export class SharedGate {
     this.downSince = this.clock.now();
     this.storeDownEvents.emit({ error, policy: this.o.failure });
     this.probe();
+    // After the code that noticed the failure has settled its own call.
+    queueMicrotask(() => this.failWaiting(error));
+  }
+
+  /**
+   * The store is down: calls waiting to ask it (for their key's turn, or to ask again at a slot or
+   * for a permit) take the failure policy now, in schedule order, as new calls do, rather than
+   * when their turn or timer comes. Calls holding a reservation keep it and start at its time.
+   */
+  private failWaiting(error: unknown): void {
+    if (this.up) return;
+    const waiting: SharedCall[] = [];
+    for (const info of [this.defaultInfo, ...this.keyInfos.values()]) {
+      for (let i = info.behindHead; i < info.behind.length; i++) waiting.push(info.behind[i]!);
+      info.behind = [];
+      info.behindHead = 0;
+    }
+    for (const call of this.heap.entries()) {
+      if (call.state !== 'retrying') continue;
+      this.heap.remove(call);
+      waiting.push(call);
+    }
+    this.arm();
+    waiting.sort((a, b) => a.seq - b.seq);
+    for (const call of waiting) if (call.state !== 'done') this.failover(call, error);
   }
 
   private probe(): void {
@@ -1055,6 +1112,10 @@ export class SharedGate {
 
   /** The store is down (or failed this call): apply the failure policy. */
   private failover(call: SharedCall, error: unknown): void {
+    if (this.rejectQueued) {
+      this.refuse(call, new GateClosedError());
+      return;
+    }
     this.passTurn(call, false);
     const policy = this.o.failure;
     if (policy === 'fail-closed') {

@@ -7,6 +7,7 @@ import { AbortedError, GateClosedError, QueueTimeoutError, StoreUnavailableError
 import type { Inspection } from '../../src/gate/gate.js';
 import { MemoryStore } from '../../src/redis/memory-store.js';
 import { createSharedGate, type SharedGate } from '../../src/redis/shared-gate.js';
+import type { Store } from '../../src/redis/store.js';
 import { startSimulatedApi } from '../../src/testing/simulated-api.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 import { REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
@@ -318,6 +319,151 @@ describe('shared gate on a memory store', () => {
     expect(a.stats()).toMatchObject({ queued: 0, inFlight: 0 });
   });
 
+  it('close with queued: reject refuses calls whose store answer is in flight and gives their slots back', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    // A store whose answers land only when released: the answers are in flight at close.
+    const held: (() => void)[] = [];
+    const slow = Object.create(store) as Store;
+    slow.reserve = (...args: Parameters<MemoryStore['reserve']>) =>
+      new Promise((resolve) => held.push(() => resolve(store.reserve(...args))));
+    const limits = [{ algorithm: 'fixed-window' as const, limit: 1, intervalMs: 1000 }];
+    const a = createSharedGate({ store: slow, clock, limits, arrivalMarginMs: 50 });
+    const ran: string[] = [];
+    const asking = a.schedule(() => ran.push('asking'));
+    const behind = a.schedule(() => ran.push('behind'));
+    await flush();
+    // One call holds the key's turn with its answer in flight; the other waits for a turn.
+    expect(held).toHaveLength(1);
+    const refused = [
+      expect(asking).rejects.toBeInstanceOf(GateClosedError),
+      expect(behind).rejects.toBeInstanceOf(GateClosedError),
+    ];
+    const closed = a.close({ queued: 'reject' });
+    held.shift()!();
+    await closed;
+    await Promise.all(refused);
+    expect(ran).toEqual([]);
+    expect(held).toHaveLength(0);
+    expect(a.stats()).toMatchObject({ queued: 0, inFlight: 0, started: 0 });
+    // The window's one slot was given back: another process gets it now.
+    const b = createSharedGate({ store, clock, limits, arrivalMarginMs: 50 });
+    expect(await b.schedule(() => clock.now() - T0)).toBe(0);
+  });
+
+  it('a window call that must wait behind a later slot than its deadline is refused at once', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    // Answers one microtask later, so two calls of the key ask at once.
+    const deferred = Object.create(store) as Store;
+    deferred.reserve = (...args: Parameters<MemoryStore['reserve']>) =>
+      Promise.resolve().then(() => store.reserve(...args));
+    const limits = [{ algorithm: 'sliding-log' as const, limit: 3, intervalMs: 1000 }];
+    const g = createSharedGate({ store: deferred, clock, limits, arrivalMarginMs: 1 });
+    // The log holds calls at 0, 100 and 200 (each admitted answer widens the key's turns).
+    for (let i = 0; i < 3; i++) {
+      const call = g.schedule(() => 'x');
+      await flush();
+      expect(await call).toBe('x');
+      clock.advance(100);
+    }
+    // At 300: a needs 2 units (free at 1100), b 1 unit (free at 1000) and may wait until 1050. They
+    // ask together; a's answer comes first and a waits for 1100, so b cannot ask before then.
+    const a = g.schedule(() => clock.now() - T0, { cost: 2 });
+    let bError: unknown;
+    const b = g.schedule(() => clock.now() - T0, { maxQueueTimeMs: 750 });
+    b.catch((error: unknown) => {
+      bError = error;
+    });
+    await flush();
+    expect(clock.now() - T0).toBe(300);
+    expect(bError).toBeInstanceOf(QueueTimeoutError);
+    expect(bError).toMatchObject({ predicted: true, predictedWaitMs: 800 });
+    clock.advance(800);
+    await flush();
+    expect(await a).toBe(1100);
+    expect(g.stats()).toMatchObject({ queued: 0, inFlight: 0 });
+  });
+
+  it('window calls start in schedule order when a waiting call and the calls behind it are admitted together', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    const limits = [{ algorithm: 'fixed-window' as const, limit: 2, intervalMs: 1000 }];
+    const g = createSharedGate({ store, clock, limits, arrivalMarginMs: 1 });
+    const starts: string[] = [];
+    const calls = [1, 2, 3, 4, 5].map((n) => g.schedule(() => starts.push(`${n}@${clock.now() - T0}`)));
+    await flush();
+    for (let i = 0; i < 2; i++) {
+      clock.advance(1000);
+      await flush();
+    }
+    await Promise.all(calls);
+    // 3 waited for the next window with 4 and 5 queued behind it; at 1000 the window admits 3 and 4.
+    expect(starts).toEqual(['1@0', '2@0', '3@1000', '4@1000', '5@2000']);
+  });
+
+  it('when the store goes down, calls waiting for a turn or a slot take the failure policy at once', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    let broken = false;
+    const flaky = Object.create(store) as MemoryStore;
+    flaky.reserve = (...args: Parameters<MemoryStore['reserve']>) => {
+      if (broken) throw new StoreUnavailableError('down');
+      return store.reserve(...args);
+    };
+    flaky.time = () => {
+      if (broken) throw new StoreUnavailableError('down');
+      return store.time();
+    };
+    const limits = [{ algorithm: 'fixed-window' as const, limit: 1, intervalMs: 1000 }];
+    const g = createSharedGate({
+      store: flaky,
+      clock,
+      limits,
+      arrivalMarginMs: 1,
+      failure: 'fail-closed',
+      recoveryProbeMs: 100,
+    });
+    const first = g.schedule(() => 'first');
+    // head waits for the next window (1000 ms on); behind waits for the key's turn.
+    const outcomes: string[] = [];
+    const note = (name: string, call: Promise<unknown>) =>
+      call.then(
+        () => outcomes.push(`${name} ran`),
+        (error: unknown) => outcomes.push(`${name} ${(error as Error).name}`),
+      );
+    note(
+      'head',
+      g.schedule(() => 'head'),
+    );
+    note(
+      'behind',
+      g.schedule(() => 'behind'),
+    );
+    await flush();
+    expect(await first).toBe('first');
+    expect(outcomes).toEqual([]);
+    broken = true;
+    // A call of another key meets the outage first.
+    note(
+      'other',
+      g.schedule(() => 'other', { key: 'other' }),
+    );
+    await flush();
+    expect(clock.now()).toBe(T0);
+    expect(outcomes.sort()).toEqual([
+      'behind StoreUnavailableError',
+      'head StoreUnavailableError',
+      'other StoreUnavailableError',
+    ]);
+    expect(g.stats()).toMatchObject({ queued: 0, inFlight: 0, storeUp: false });
+    broken = false;
+    clock.advance(100);
+    await flush();
+    expect(g.stats().storeUp).toBe(true);
+    await g.close();
+  });
+
   it('fail-closed rejects with StoreUnavailableError while the store fails, and recovers by itself', async () => {
     const { clock, store } = setup();
     let broken = true;
@@ -364,6 +510,15 @@ describe('shared gate on a memory store', () => {
     // 5 per second locally: 200 ms apart.
     expect(starts).toEqual([0, 200, 400]);
     expect(gate.stats()).toMatchObject({ storeUp: false, fallbackCalls: 3 });
+    // close with queued: 'reject' refuses the calls queued in the fallback too (the first of these
+    // three starts at once, at 1000 ms; the others would wait for 1200 and 1400).
+    const [now, ...queued] = [0, 1, 2].map(() => gate.schedule(() => starts.push(clock.now() - T0)));
+    await flush();
+    const refused = queued.map((call) => expect(call).rejects.toBeInstanceOf(GateClosedError));
+    await gate.close({ queued: 'reject' });
+    await Promise.all(refused);
+    expect(await now).toBe(4);
+    expect(starts).toEqual([0, 200, 400, 1000]);
   });
 });
 
