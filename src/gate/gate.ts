@@ -179,6 +179,11 @@ interface Call extends QueueEntry {
   kcores: readonly LimitCore[] | undefined;
   /** When the call last started (window limits recount it from its response, see `recount`). */
   startedAt: number;
+  /**
+   * Whether its last start was counted in flight (the gate observed completions then): its
+   * completion is released on the same terms, whatever `setLimits` did in between.
+   */
+  observed: boolean;
 }
 
 interface Extra {
@@ -416,6 +421,10 @@ export class Gate {
   private pausedUntil = 0;
   private queuedTotal = 0;
   private inFlight = 0;
+  /** Calls holding a budget reservation (the gate's own ledger closes only when none does). */
+  private budgetHeld = 0;
+  /** Calls waiting for budget room (`onExceeded: 'wait'`): each can be refused by `close`. */
+  private readonly budgetWaits = new Set<(error: Error & { code: string }) => void>();
   private started = 0;
   private closed = false;
   private closeWaiters: (() => void)[] = [];
@@ -481,6 +490,11 @@ export class Gate {
    */
   schedule<T>(fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>> {
     if (this.closed) return Promise.reject(new GateClosedError());
+    return this.admit(fn, options);
+  }
+
+  /** `schedule` without the closed check (a call that waited for budget room is not a new call). */
+  private admit<T>(fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>> {
     if (typeof fn !== 'function') return Promise.reject(invalid('fn', 'a function', fn));
     const now = this.clock.now();
     if (options === undefined && this.budget === undefined) {
@@ -747,14 +761,16 @@ export class Gate {
 
   /**
    * Refuse new calls and settle queued ones (`queued: 'run'` lets them start as the limits allow,
-   * `'reject'` rejects them with `GateClosedError`). Resolves when nothing is queued (and, when the
-   * gate observes completions, nothing is in flight).
+   * `'reject'` rejects them with `GateClosedError`; calls waiting for budget room count as queued).
+   * Resolves when nothing is queued, no call holds a budget reservation and, when the gate observes
+   * completions, nothing is in flight.
    */
   close(options: CloseOptions = {}): Promise<void> {
     const mode = options.queued ?? 'run';
     if (mode !== 'run' && mode !== 'reject') throw invalid('queued', "'run' or 'reject'", mode);
     this.closed = true;
     if (mode === 'reject') {
+      for (const refuse of [...this.budgetWaits]) refuse(new GateClosedError());
       for (const p of this.queuedPartitions()) {
         for (const call of p.queue!.entries()) this.refuse(call, new GateClosedError());
         this.drain(p);
@@ -771,7 +787,10 @@ export class Gate {
   // ---------------------------------------------------------------------------------------------
 
   private settledForClose(): boolean {
-    return this.queuedTotal === 0 && (!this.observe || this.inFlight === 0);
+    // inFlight counts only calls started while the gate observed completions (see Call.observed).
+    return (
+      this.queuedTotal === 0 && this.inFlight === 0 && this.budgetHeld === 0 && this.budgetWaits.size === 0
+    );
   }
 
   private maybeSettleClose(): void {
@@ -939,6 +958,7 @@ export class Gate {
     (call as { inspect: ScheduleOptions['inspect'] }).inspect = o.inspect;
     (call as { priceMicros: number }).priceMicros = priceMicros;
     call.budget = reservation;
+    if (reservation !== undefined) this.budgetHeld++;
     if (
       p.queue === undefined &&
       !this.paused(p, now) &&
@@ -963,23 +983,33 @@ export class Gate {
   ): Promise<never> {
     return new Promise((resolve, reject) => {
       const signal = o.signal;
-      const onAbort = () => {
+      // Refuse the waiting call (abort, close): it never reaches a queue.
+      const refuse = (error: Error & { code: string }) => {
         this.clock.clearTimeout(handle);
-        reject(new AbortedError(signal!.reason));
+        this.budgetWaits.delete(refuse);
+        signal?.removeEventListener('abort', onAbort);
+        reject(error);
+        this.refusedEvents.emit({ key: o.key, error });
+        this.maybeSettleClose();
       };
+      const onAbort = () => refuse(new AbortedError(signal!.reason));
       const handle = this.clock.setTimeout(
         () => {
+          this.budgetWaits.delete(refuse);
           signal?.removeEventListener('abort', onAbort);
           const waited = this.clock.now() - now;
-          resolve(
-            this.schedule(fn, {
-              ...o,
-              maxQueueTimeMs: Math.max(0, maxQueueTimeMs - waited),
-            }) as Promise<never>,
-          );
+          if (waited > maxQueueTimeMs) {
+            // The timer fired after the deadline (a busy event loop): too late to start.
+            refuse(new QueueTimeoutError(waited, maxQueueTimeMs, false));
+            return;
+          }
+          // Scheduled as new, with what is left of its deadline (also after close({queued:'run'})).
+          resolve(this.admit(fn, { ...o, maxQueueTimeMs: maxQueueTimeMs - waited }) as Promise<never>);
+          this.maybeSettleClose();
         },
         Math.max(0, Math.ceil(retryAt - now)),
       );
+      this.budgetWaits.add(refuse);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
@@ -1025,6 +1055,7 @@ export class Gate {
       gcores: undefined,
       kcores: undefined,
       startedAt: 0,
+      observed: false,
     };
     return { call, promise };
   }
@@ -1211,11 +1242,18 @@ export class Gate {
   /** Reject a call that never made it into a queue. */
   private rejectCall(call: Call, error: Error & { code: string }): void {
     if (call.budget !== undefined) {
-      this.budget!.release(call.budget);
+      const reservation = call.budget;
       call.budget = undefined;
+      this.budgetHeld--;
+      try {
+        this.budget!.release(reservation);
+      } catch {
+        // A ledger closed or failing under us must not keep the call from settling.
+      }
     }
     call.reject(error);
     this.refusedEvents.emit({ key: call.partition.key, error });
+    if (this.closed) this.maybeSettleClose();
   }
 
   private enqueue(call: Call, now: number): void {
@@ -1584,7 +1622,8 @@ export class Gate {
     this.countStart(p, call.cost, now);
     call.seq = p.seq;
     call.mark = new Map(p.cum);
-    if (this.observe) this.inFlight++;
+    call.observed = this.observe;
+    if (call.observed) this.inFlight++;
     let result: Promise<unknown>;
     try {
       result = Promise.resolve(call.fn());
@@ -1598,7 +1637,7 @@ export class Gate {
   }
 
   private failed(call: Call, error: unknown): void {
-    if (this.observe)
+    if (call.observed)
       this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts, call.startedAt);
     this.endProbe(call.partition);
     // The request may have reached the provider: charge the estimate (never under-count).
@@ -1607,7 +1646,7 @@ export class Gate {
   }
 
   private completed(call: Call, value: unknown): void {
-    if (this.observe)
+    if (call.observed)
       this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts, call.startedAt);
     inspectOutcome(call.inspect, value, (inspection) => this.afterInspection(call, value, inspection));
   }
@@ -1680,13 +1719,18 @@ export class Gate {
     if (call.budget === undefined) return;
     const reservation = call.budget;
     call.budget = undefined;
+    this.budgetHeld--;
     try {
       this.budget!.settle(reservation, actualMicros);
     } catch {
       // An invalid actual (NaN, negative) from a price header must not lose the call's result:
-      // keep the estimate, which is what was reserved.
-      this.budget!.settle(reservation, reservation.estimateMicros);
+      // keep the estimate, which is what was reserved. A ledger closed or failing under us must
+      // not either: the call settles all the same.
+      try {
+        this.budget!.settle(reservation, reservation.estimateMicros);
+      } catch {}
     }
+    if (this.closed) this.maybeSettleClose();
   }
 
   /** Settle the units a call actually used: refund the difference or charge the extra. */

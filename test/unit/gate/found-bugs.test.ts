@@ -215,3 +215,111 @@ describe('found bugs: predictions', () => {
     clock.runAll();
   });
 });
+
+// Found by a read-only review of the close, budget and setLimits paths (session 5); each test
+// failed before the fix.
+describe('found bugs: close with budgets, budget waits and setLimits', () => {
+  /** A budget of one micro-unit per rolling second: the second call of a second waits for room. */
+  const tight = (onExceeded: 'wait' | 'refuse' = 'wait') => ({
+    budgets: { name: 'r', limit: 0.000001, period: { rollingMs: 1000 } },
+    ledger: 'memory' as const,
+    onExceeded,
+    defaultPriceMicros: 1,
+  });
+
+  it('close() waits for an in-flight budgeted call, which then settles (the gate’s own ledger is still open)', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({ clock, budget: tight('refuse') });
+    const call = controlled();
+    const outcome = watch(gate.schedule(call.fn));
+    let closed = false;
+    gate.close().then(() => {
+      closed = true;
+    });
+    await flush();
+    expect(call.started).toBe(true);
+    // The gate's own ledger stays open while a call holds a reservation in it.
+    expect(closed).toBe(false);
+    call.finish();
+    await flush();
+    expect(outcome).toMatchObject({ settled: true, code: undefined });
+    expect(closed).toBe(true);
+  });
+
+  it("close({ queued: 'reject' }) refuses a call waiting for budget room and leaves no timer", async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({ clock, maxQueueTimeMs: 10_000, budget: tight() });
+    let sent = 0;
+    await gate.schedule(async () => sent++);
+    const waiting = watch(gate.schedule(async () => sent++));
+    await flush();
+    expect(waiting.settled).toBe(false);
+    let closed = false;
+    gate.close({ queued: 'reject' }).then(() => {
+      closed = true;
+    });
+    await flush();
+    expect(waiting).toMatchObject({ settled: true, code: 'ERR_GATE_CLOSED' });
+    expect(closed).toBe(true);
+    expect(clock.pendingTimers).toBe(0);
+    clock.advance(2000);
+    await flush();
+    expect(sent).toBe(1);
+  });
+
+  it('close() lets a call waiting for budget room run when the room comes, then resolves', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({ clock, maxQueueTimeMs: 10_000, budget: tight() });
+    const sentAt: number[] = [];
+    await gate.schedule(async () => sentAt.push(clock.now()));
+    const waiting = watch(gate.schedule(async () => sentAt.push(clock.now())));
+    let closed = false;
+    gate.close().then(() => {
+      closed = true;
+    });
+    await flush();
+    expect(closed).toBe(false);
+    clock.advance(1000);
+    await flush();
+    expect(waiting).toMatchObject({ settled: true, code: undefined });
+    expect(sentAt).toEqual([0, 1000]);
+    expect(closed).toBe(true);
+  });
+
+  it('a call waiting for budget room whose timer fires after its deadline is refused, never sent', async () => {
+    // Timers fire 5 ms late (a busy event loop).
+    class LateClock extends ManualClock {
+      override setTimeout(fn: () => void, delayMs: number): unknown {
+        return super.setTimeout(fn, delayMs + 5);
+      }
+    }
+    const clock = new LateClock(0);
+    const gate = createGate({ clock, maxQueueTimeMs: 1000, budget: tight() });
+    let sent = 0;
+    await gate.schedule(async () => sent++);
+    const late = watch(gate.schedule(async () => sent++));
+    clock.advance(2000);
+    await flush();
+    expect(late).toMatchObject({ settled: true, code: 'ERR_QUEUE_TIMEOUT' });
+    expect(sent).toBe(1);
+  });
+
+  it('a concurrency limit added while an inspected call runs: the counts stay exact and close() resolves', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({ clock, adapt: false });
+    const call = controlled();
+    const outcome = watch(gate.schedule(call.fn, { inspect: () => ({ status: 200, headers: {} }) }));
+    await flush();
+    gate.setLimits({ limits: [{ algorithm: 'concurrency', limit: 5 }] });
+    call.finish();
+    await flush();
+    expect(outcome).toMatchObject({ settled: true, code: undefined });
+    expect(gate.stats().inFlight).toBe(0);
+    let closed = false;
+    gate.close().then(() => {
+      closed = true;
+    });
+    await flush();
+    expect(closed).toBe(true);
+  });
+});
