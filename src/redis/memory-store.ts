@@ -42,6 +42,9 @@ interface PartitionState {
   readonly learned: Map<string, Map<string, Learned>>;
 }
 
+/** The longest pause a store keeps (ms, about 31,700 years): 'forever' is that long in Redis too. */
+const MAX_PAUSE_MS = 1e15;
+
 const cores = new WeakMap<NormalizedLimitSpec, LimitCore>();
 
 /** The core of a normalized spec, built once per spec object. */
@@ -327,6 +330,8 @@ export class MemoryStore implements Store {
 
   /** `pause` at an explicit now. */
   pauseAt(partition: string, untilMs: number, now: number, scope = ''): StorePause {
+    // As the Redis store: 'forever' (or more than 1e15 ms) lasts 1e15 ms, about 31,700 years.
+    if (untilMs > now + MAX_PAUSE_MS) untilMs = now + MAX_PAUSE_MS;
     const p = this.partitionOf(partition);
     const current = this.pauseOf(p, scope, now);
     if (current >= untilMs) return { untilMs: current, serverNow: now };

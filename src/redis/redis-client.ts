@@ -118,13 +118,21 @@ export class CommandRunner {
       (error: unknown) => {
         if (!String((error as Error)?.message).startsWith('NOSCRIPT'))
           return this.failed(watch, script, error);
-        this.commands += 2;
-        (this.client.call('SCRIPT', ['LOAD', script.source]) as Promise<unknown>)
-          .then(() => this.client.call('EVALSHA', args) as Promise<unknown>)
-          .then(
-            (reply) => this.answered(watch, script, reply, onReply),
-            (error: unknown) => this.failed(watch, script, error),
-          );
+        // Its caller was told of a timeout already: send nothing it no longer waits for (a
+        // decision made now would hold a slot, or money, that nobody settles).
+        if (watch.settled) return;
+        this.commands++;
+        (this.client.call('SCRIPT', ['LOAD', script.source]) as Promise<unknown>).then(
+          () => {
+            if (watch.settled) return;
+            this.commands++;
+            (this.client.call('EVALSHA', args) as Promise<unknown>).then(
+              (reply) => this.answered(watch, script, reply, onReply),
+              (error: unknown) => this.failed(watch, script, error),
+            );
+          },
+          (error: unknown) => this.failed(watch, script, error),
+        );
       },
     );
   }
@@ -152,6 +160,25 @@ export class CommandRunner {
   call(command: string, ...args: (string | number)[]): Promise<unknown> {
     this.commands++;
     return this.watch(this.client.call(command, args) as Promise<unknown>, command);
+  }
+
+  /**
+   * Close the connection: `QUIT`, or, when that does not answer within the command timeout (a
+   * partition, a stalled server) or fails, drop the connection. Never hangs.
+   */
+  async quit(): Promise<void> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timedOut = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => resolve('timeout'), this.timeoutMs);
+      timer.unref?.();
+    });
+    const quitting = this.client.quit().then(
+      () => 'quit' as const,
+      () => 'failed' as const,
+    );
+    const outcome = await Promise.race([quitting, timedOut]);
+    clearTimeout(timer);
+    if (outcome !== 'quit') this.client.disconnect();
   }
 
   /** Reject everything pending (closing). */

@@ -13,6 +13,7 @@
  *   :g:<wid>   zset  'reservation id:micros' scored by at      (rolling: settled spend by time)
  *   :b:<bid>   set   window ids of one budget;   :i   set   every window id (snapshots, reset)
  *   :r:<id>    string  the window ids a reservation holds;    :seq   reservation counter
+ *   (an id is 'r<counter>.<server seconds>.<microseconds>')
  * Money is integer micro-units; every number is passed as a `%.17g` string (exact below 2^53).
  */
 
@@ -22,8 +23,9 @@ local INF = math.huge
 local function fmt(x) return string.format('%.17g', x) end
 local GRACE = 3600000
 
--- Keep key alive at least ttl ms.
+-- Keep key alive at least ttl ms (at most 1e15: PEXPIRE takes no exponent).
 local function extend(key, ttl)
+  if ttl > 1e15 then ttl = 1e15 end
   local left = redis.call('PTTL', key)
   if left < ttl then redis.call('PEXPIRE', key, math.ceil(ttl)) end
 end
@@ -179,6 +181,8 @@ for _, e in ipairs(entries) do
       's', '0', 'r', '0', 'l', fmt(e.limit))
     redis.call('SADD', P .. ':b:' .. e.bid, e.wid)
     redis.call('SADD', P .. ':i', e.wid)
+    -- TTLs now: a reserve refused below must not leave keys that never expire.
+    touch(e.wid, e.ws, e.we, e.rm, e.bid, now)
   else
     -- The configuration changed: the latest limit applies.
     redis.call('HSET', w, 'l', fmt(e.limit))
@@ -199,7 +203,11 @@ for _, e in ipairs(entries) do
   end
 end
 
-local id = 'r' .. redis.call('INCR', P .. ':seq')
+-- The counter expires with the ledger's keys (an hour idle at least): the server's time makes an
+-- id unique across such restarts, so a settle held by a process from before one can never settle
+-- a newer reservation that drew the same number.
+local t = redis.call('TIME')
+local id = 'r' .. redis.call('INCR', P .. ':seq') .. '.' .. t[1] .. '.' .. t[2]
 local reply = { 1, id }
 local held = {}
 local ttl = 0

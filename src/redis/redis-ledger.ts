@@ -163,13 +163,7 @@ export class RedisLedger implements AsyncLedger {
     if (this.closed) return;
     this.closed = true;
     this.runner.abandon();
-    if (this.ownsClient) {
-      try {
-        await this.client.quit();
-      } catch {
-        this.client.disconnect();
-      }
-    }
+    if (this.ownsClient) await this.runner.quit();
   }
 
   private async apply(reservationId: string, actual: string, now: number): Promise<LedgerSettleResult> {

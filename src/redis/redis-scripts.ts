@@ -33,11 +33,15 @@ local floor = math.floor
 local function fmt(x) return string.format('%.17g', x) end
 
 -- TTL (ms) so that a key lives until idleAt (store time), at least 1 ms; minTtl keeps test keys.
+-- At most MAX_TTL (about 31,700 years): a longer one would be printed with an exponent, which
+-- PX refuses, after the call's other levels were written.
 local MIN_TTL = 1
+local MAX_TTL = 1e15
 local function ttlUntil(idleAt, now)
   local ttl = math.ceil(idleAt - now) + 1
   if ttl < MIN_TTL then ttl = MIN_TTL end
   if ttl < 1 then ttl = 1 end
+  if ttl > MAX_TTL then ttl = MAX_TTL end
   return ttl
 end
 
@@ -784,9 +788,11 @@ for a = a, #ARGV - 1, 3 do
                 nd = nd + 1
                 dirty[nd] = key
               end
-              -- TTL (ms) until the TAT, at least 1 ms (and minTtl).
+              -- TTL (ms) until the TAT, at least 1 ms (and minTtl), at most 1e15 (PX takes no
+              -- exponent).
               local ttl = ceil(tat - now) + 1
               if ttl < minTtl then ttl = minTtl end
+              if ttl > 1e15 then ttl = 1e15 end
               ttls[key] = ttl
             end
           end
@@ -877,9 +883,10 @@ for i = 1, n do
     -- core/gcra.ts gcraTake: max(TAT, startAt) + cost·T
     if startAt > tat then tat = startAt end
     tat = tat + tonumber(ARGV[3 + 2 * i])
-    -- TTL (ms) until the TAT, at least 1 ms (and minTtl).
+    -- TTL (ms) until the TAT, at least 1 ms (and minTtl), at most 1e15 (PX takes no exponent).
     local ttl = math.ceil(tat - now) + 1
     if ttl < minTtl then ttl = minTtl end
+    if ttl > 1e15 then ttl = 1e15 end
     call('SET', KEYS[i], tat, 'PX', ttl)
   end
 end
@@ -978,6 +985,9 @@ if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
 end
 local untilMs = tonumber(ARGV[3])
 if ARGV[2] == 'for' then untilMs = now + untilMs end
+-- A pause of 'forever' (or of more than 1e15 ms, about 31,700 years) lasts 1e15 ms: stored as a
+-- plain decimal, with a TTL that PEXPIRE takes.
+if untilMs > now + 1e15 then untilMs = now + 1e15 end
 local current = tonumber(redis.call('HGET', KEYS[1], 'p') or '')
 if current and current <= now then current = nil end
 if current and current >= untilMs then return { fmt(current), fmt(now) } end

@@ -407,13 +407,7 @@ export class RedisStore implements Store {
     subscriber?.disconnect();
     this.flush();
     this.runner.abandon();
-    if (this.ownsClient) {
-      try {
-        await this.client.quit();
-      } catch {
-        this.client.disconnect();
-      }
-    }
+    if (this.ownsClient) await this.runner.quit();
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -849,7 +843,8 @@ export class RedisStore implements Store {
       this.pauseId(partition, scope),
       nowArg,
       mode,
-      String(ms),
+      // Lua reads 'Infinity' as nothing: 'forever' goes as a huge number (the script caps it).
+      Number.isFinite(ms) ? String(ms) : ms > 0 ? '1e300' : '-1e300',
       pauseChannel(this.keyPrefix),
     ])) as [string, string];
     return { untilMs: Number(reply[0]), serverNow: Number(reply[1]) };

@@ -220,6 +220,34 @@ export function storeContract(
       granted(await store.reserveAt(p, [tb, fixed], [1, 0], 0, T0));
     });
 
+    it('a pause of Infinity (or of 1e300 ms) lasts 1e15 ms: finite, readable, and it holds', async () => {
+      const store = await make();
+      for (const duration of [Infinity, 1e300]) {
+        const p = fresh();
+        const pause = await store.pauseFor(p, duration);
+        expect(pause.untilMs - pause.serverNow).toBeCloseTo(1e15, -1);
+        const read = await store.pausedUntil(p);
+        expect(read.untilMs).toBe(pause.untilMs);
+        expect(await store.reserve(p, [tb], [1], 1000)).toMatchObject({ ok: false, reason: 'wait' });
+        const refused = await store.reserve(p, [tb], [1], 1000);
+        expect(refused.ok || refused.retryAfterMs).toBeGreaterThan(0.99e15);
+        if (options.countKeys) expect(await options.countKeys(store, p)).toBeGreaterThan(0);
+      }
+    });
+
+    it('a limit whose interval is longer than any TTL (1e17 ms) is decided like any other, all or nothing', async () => {
+      const store = await make();
+      const p = fresh();
+      const eon = level('eon', { algorithm: 'leaky-bucket', limit: 1, intervalMs: 1e17 });
+      granted(await store.reserveAt(p, [tb, eon], [1, 1], 0, T0));
+      const refused = await store.reserveAt(p, [tb, eon], [1, 1], 1000, T0);
+      expect(refused).toMatchObject({ ok: false, reason: 'wait', retryAfterMs: 1e17 });
+      // The refusal took nothing from the first level: its burst of 3 still has 2.
+      granted(await store.reserveAt(p, [tb], [1], 0, T0));
+      granted(await store.reserveAt(p, [tb], [1], 0, T0));
+      expect((await store.reserveAt(p, [tb], [1], 0, T0)).ok).toBe(false);
+    });
+
     it('a pause holds every start of the partition until it ends; pauses only extend', async () => {
       const store = await make();
       const p = fresh();

@@ -118,4 +118,70 @@ describe('CommandRunner: one deadline per command, watched by one timer', () => 
     await vi.advanceTimersByTimeAsync(51);
     expect(await seen).toBeInstanceOf(StoreUnavailableError);
   });
+
+  it('NOSCRIPT reloads and runs the script again, unless its caller was told of a timeout meanwhile', async () => {
+    const { client, calls } = fakeClient();
+    const runner = new CommandRunner(client, 100);
+    // In time: NOSCRIPT, SCRIPT LOAD, EVALSHA again, answered.
+    const inTime = run(runner, 1);
+    calls[0]!.fail(new Error('NOSCRIPT No matching script.'));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls.map((c) => c.command)).toEqual(['EVALSHA', 'SCRIPT']);
+    calls[1]!.answer(script.sha);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls.map((c) => c.command)).toEqual(['EVALSHA', 'SCRIPT', 'EVALSHA']);
+    expect(calls[2]!.args).toEqual(calls[0]!.args);
+    calls[2]!.answer('ok');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(inTime).toEqual(['reply ok']);
+    // Late: the NOSCRIPT answer comes after the deadline (a busy server): nothing more is sent.
+    const late = run(runner, 1);
+    await vi.advanceTimersByTimeAsync(101);
+    expect(late[0]).toMatch(/^error Redis did not answer within commandTimeoutMs 100/);
+    calls[3]!.fail(new Error('NOSCRIPT No matching script.'));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls).toHaveLength(4);
+    // Timed out while the script loads: the EVALSHA is not sent.
+    const loading = run(runner, 1);
+    calls[4]!.fail(new Error('NOSCRIPT No matching script.'));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls.map((c) => c.command).slice(4)).toEqual(['EVALSHA', 'SCRIPT']);
+    await vi.advanceTimersByTimeAsync(101);
+    calls[5]!.answer(script.sha);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls).toHaveLength(6);
+    expect(loading[0]).toMatch(/^error Redis did not answer/);
+  });
+
+  it('quit() gives QUIT the command timeout, then drops the connection; it never hangs', async () => {
+    let disconnects = 0;
+    const hanging = {
+      quit: () => new Promise(() => {}),
+      disconnect: () => {
+        disconnects++;
+      },
+    } as unknown as RedisClient;
+    let done = false;
+    new CommandRunner(hanging, 100).quit().then(() => {
+      done = true;
+    });
+    await vi.advanceTimersByTimeAsync(99);
+    expect(done).toBe(false);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(done).toBe(true);
+    expect(disconnects).toBe(1);
+    // A QUIT that answers closes without a disconnect; one that fails disconnects.
+    const answering = { quit: async () => 'OK', disconnect: () => disconnects++ } as unknown as RedisClient;
+    await new CommandRunner(answering, 100).quit();
+    expect(disconnects).toBe(1);
+    const failing = {
+      quit: async () => {
+        throw new Error('Connection is closed.');
+      },
+      disconnect: () => disconnects++,
+    } as unknown as RedisClient;
+    await new CommandRunner(failing, 100).quit();
+    expect(disconnects).toBe(2);
+    expect(vi.getTimerCount()).toBe(0);
+  });
 });
