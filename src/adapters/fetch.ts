@@ -16,7 +16,11 @@
  *   sent, aborts the fetch itself (rejecting as fetch does).
  * - A throttled response (429, or 503 + Retry-After for idempotent methods) is never returned while
  *   the gate retries it: its body is cancelled and the request sent again after the pause. When
- *   the gate gives up, the call rejects with `RateLimitedError` (`retryAt`, `status`, `attempts`).
+ *   the gate gives up, the call rejects with `RateLimitedError` (`retryAt`, `status`, `attempts`)
+ *   whose `cause` is a `ResponseHead` of the last response: its status and headers, not the
+ *   `Response` (whose `url` would print the request's query, an `?api_key=` included, in logs).
+ * - Hooks (`actualCost`, `price.actual`) get a clone; a clone's body the hook did not read is
+ *   cancelled when the hook is done, so a hook reading a header holds no connection or buffer.
  * - A request whose body is a stream (ReadableStream, async iterable) cannot be sent twice: it is
  *   marked not retryable, so a 429 on it rejects with `RateLimitedError` instead of a broken retry.
  *   A `Request` input with a body is cloned for each attempt, so it can.
@@ -40,6 +44,7 @@ import {
   setActuals,
   type TollgateRequestOptions,
 } from './request-options.js';
+import { headOf, type ResponseHead, resultOf } from './response-head.js';
 
 declare global {
   interface RequestInit {
@@ -81,14 +86,15 @@ export interface WrapFetchOptions {
   /**
    * Units the response says were used (e.g. `{ tokens: usage.total_tokens }`), to settle the
    * reservation. Receives a clone of each response (429s included), so reading its body leaves the
-   * caller's response unread; the call resolves once the returned promise has. A hook that throws
-   * counts as no answer.
+   * caller's response unread; the call resolves once the returned promise has. Read the clone's
+   * body within the hook (before its promise settles): a body left unread then is cancelled, so that
+   * it holds no connection. A hook that throws counts as no answer.
    */
   actualCost?: (response: Response) => ActualCost | undefined | Promise<ActualCost | undefined>;
   price?: {
     /** Estimated price in integer micro-units, reserved on the gate's budgets before queueing. */
     estimate?: (request: Request, init: RequestInit | undefined) => number | undefined;
-    /** Actual price in integer micro-units (e.g. from a price header), settling the budget. Receives a clone, like `actualCost`. */
+    /** Actual price in integer micro-units (e.g. from a price header), settling the budget. Receives a clone, like `actualCost` (its unread body is cancelled when the hook is done). */
     actual?: (response: Response) => number | undefined | Promise<number | undefined>;
   };
   /**
@@ -181,9 +187,9 @@ export function wrapFetch(gate: GateLike, options?: WrapFetchOptions): typeof fe
         ? (forwardInit.signal ?? undefined)
         : request?.signal;
     if (signal !== undefined) scheduleOptions.signal = signal;
-    scheduleOptions.inspect = ((response: Response) =>
+    scheduleOptions.inspect = ((head: ResponseHead) =>
       inspectResponse(
-        response,
+        resultOf<Response>(head),
         method,
         retryable,
         errorBody,
@@ -192,12 +198,12 @@ export function wrapFetch(gate: GateLike, options?: WrapFetchOptions): typeof fe
         actualPriceHook,
       )) as (result: never) => Inspection | undefined | Promise<Inspection | undefined>;
 
-    const send = (): Promise<Response> => {
+    const send = (): Promise<unknown> => {
       const impl = (fetchOption ?? globalThis.fetch) as CallableFetch;
       // Each attempt sends a fresh clone, keeping the caller's Request unread for the next one.
-      return impl(cloneEachAttempt ? request.clone() : input, forwardInit);
+      return impl(cloneEachAttempt ? request.clone() : input, forwardInit).then(headOfResponse);
     };
-    return g.schedule(send, scheduleOptions);
+    return g.schedule(send, scheduleOptions).then(unwrap);
   };
   return throttledFetch as typeof fetch;
 }
@@ -215,8 +221,24 @@ export function withTollgate<T extends RequestInit>(
   return { ...(init as T), tollgate: options };
 }
 
+/**
+ * The gate sees a head, never the `Response`: what it keeps of a throttled one becomes
+ * `RateLimitedError.cause` (see response-head.ts). A result that is not a response (a test double's)
+ * passes as it is.
+ */
+function headOfResponse(response: Response): unknown {
+  if (typeof response !== 'object' || response === null || typeof response.status !== 'number')
+    return response;
+  return headOf(response, response.status, response.statusText, response.headers);
+}
+
+/** The caller's `Response` again, from the head the gate resolved with. */
+function unwrap(outcome: unknown): Response {
+  return resultOf<Response>(outcome) ?? (outcome as Response);
+}
+
 function inspectResponse(
-  response: Response,
+  response: Response | undefined,
   method: string,
   retryable: boolean,
   errorBody: NormalizedErrorBody | undefined,
@@ -224,8 +246,7 @@ function inspectResponse(
   actualCostHook: WrapFetchOptions['actualCost'],
   actualPriceHook: ((response: Response) => number | undefined | Promise<number | undefined>) | undefined,
 ): Inspection | undefined | Promise<Inspection | undefined> {
-  if (typeof response !== 'object' || response === null || typeof response.status !== 'number')
-    return undefined;
+  if (response === undefined) return undefined;
   const base: Inspection = {
     status: response.status,
     headers: response.headers,
@@ -241,13 +262,32 @@ function inspectResponse(
   if (!readErrorBody && !observesBody) return base;
   return Promise.all([
     readErrorBody ? readBoundedText(response, errorBody!) : undefined,
-    actualCostHook === undefined ? undefined : safely(() => actualCostHook(response.clone())),
-    actualPriceHook === undefined ? undefined : safely(() => actualPriceHook(response.clone())),
+    actualCostHook === undefined ? undefined : onClone(response, actualCostHook),
+    actualPriceHook === undefined ? undefined : onClone(response, actualPriceHook),
   ]).then(([text, cost, priceMicros]) => {
     const inspection: MutableInspection = { ...base };
     if (text !== undefined) inspection.body = parseJson(text);
     setActuals(inspection, cost, priceMicros);
     return inspection;
+  });
+}
+
+/**
+ * A response hook's answer, from a clone of `response`. Once the hook is done, the clone's body is
+ * cancelled unless the hook read it (or still holds a reader): a clone shares its source with the
+ * caller's body (a tee), which is released only when every branch is read or cancelled. Left
+ * unread, the clone's branch would keep the connection busy after the gate dropped the response
+ * (a retried 429) or the caller cancelled its body, and would buffer everything the caller reads.
+ */
+function onClone<T>(response: Response, hook: (clone: Response) => T | Promise<T>): Promise<T | undefined> {
+  let clone: Response | undefined;
+  return Promise.resolve(
+    safely(() => {
+      clone = response.clone();
+      return hook(clone);
+    }),
+  ).finally(() => {
+    if (clone !== undefined && !clone.bodyUsed) cancelBody(clone);
   });
 }
 

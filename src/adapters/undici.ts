@@ -26,6 +26,8 @@
  *    (bounded; a longer body aborts its connection) and the gate dispatches again after the pause:
  *    the caller's handler never sees the throttled response. If the gate gives up, the handler gets
  *    `onResponseError(RateLimitedError)` (through fetch: `TypeError: fetch failed` with that cause).
+ *    The error's `cause` is a `ResponseHead` (status, status text, response headers): the gate only
+ *    ever holds heads, never the request's options, whose path and headers may carry credentials.
  * 4. Otherwise the head is delivered to the caller's handler and the body streams through, with
  *    the caller's pause/resume applied to the live connection.
  *
@@ -33,7 +35,9 @@
  * type, at most `errorBody.maxBytes` (read for body-borne limits, then replayed to the caller).
  * Of a request body that is a stream or an iterable (Node's fetch sends every body as an async
  * iterable), at most `replayBodyMaxBytes`, so the gate can send it again after a 429; a longer body
- * is streamed on and marked not retryable.
+ * is streamed on and marked not retryable. An abort while such a body is being read ends the call at
+ * once (the body is destroyed, the handler gets the abort reason, the gate frees the call's slot):
+ * an upload that never ends must not hold the gate.
  *
  * Upgrades (WebSocket, CONNECT) pass through untouched: they are not request/response calls.
  */
@@ -57,6 +61,7 @@ import {
   setActuals,
   type TollgateRequestOptions,
 } from './request-options.js';
+import { headOf, type ResponseHead, resultOf } from './response-head.js';
 
 type DispatchOptions = Dispatcher.DispatchOptions;
 type DispatchHandler = Dispatcher.DispatchHandler;
@@ -228,6 +233,8 @@ class ThrottledRequest implements DispatchController {
     this.abortReason =
       reason instanceof Error ? reason : new DOMException('This operation was aborted', 'AbortError');
     // Queued (or about to be re-queued for a retry): the gate rejects the call with AbortedError.
+    // Started and still reading the request body (before dispatch): the read stops and the gate's
+    // `fn` rejects with the reason, so the call settles and its slot is freed.
     this.abortController.abort(this.abortReason);
     if (!this.scheduled) {
       this.fail(this.abortReason);
@@ -270,7 +277,7 @@ class ThrottledRequest implements DispatchController {
     this.settings.gate
       .schedule(() => this.attempt(), scheduleOptions)
       .then(
-        (attempt) => this.deliver(attempt),
+        (head) => this.deliver(resultOf<Attempt>(head)!),
         (error: unknown) =>
           // Aborted while queued: report the caller's own reason, as undici does for its aborts.
           this.fail(
@@ -290,14 +297,15 @@ class ThrottledRequest implements DispatchController {
       'opts.tollgate',
     );
     scheduleOptions.signal = this.abortController.signal;
-    scheduleOptions.inspect = ((attempt: Attempt) => attempt.inspect()) as (
+    scheduleOptions.inspect = ((head: ResponseHead<IncomingHttpHeaders>) =>
+      resultOf<Attempt>(head)?.inspect()) as (
       result: never,
     ) => Inspection | undefined | Promise<Inspection | undefined>;
     return scheduleOptions;
   }
 
   /** The gate's `fn`: dispatch once more; resolves at the response head. */
-  private attempt(): Promise<Attempt> {
+  private attempt(): Promise<ResponseHead<IncomingHttpHeaders>> {
     const attempt = new Attempt(this);
     this.current = attempt;
     const prepared = this.preparedBody();
@@ -313,20 +321,22 @@ class ThrottledRequest implements DispatchController {
     if (isReplayable(body)) prepared = { opts, retryable: true };
     else if (max === 0) prepared = { opts, retryable: false };
     else {
-      prepared = bufferBody(body as Iterable<unknown> | AsyncIterable<unknown>, max).then(
-        (buffered): PreparedBody => {
-          const next: PreparedBody =
-            'bytes' in buffered
-              ? { opts: { ...opts, body: buffered.bytes }, retryable: true }
-              : {
-                  // undici sends any async iterable; its type lists Node's Readable for that.
-                  opts: { ...opts, body: buffered.rest as unknown as NonNullable<DispatchOptions['body']> },
-                  retryable: false,
-                };
-          this.prepared = next;
-          return next;
-        },
-      );
+      prepared = bufferBody(
+        body as Iterable<unknown> | AsyncIterable<unknown>,
+        max,
+        this.abortController.signal,
+      ).then((buffered): PreparedBody => {
+        const next: PreparedBody =
+          'bytes' in buffered
+            ? { opts: { ...opts, body: buffered.bytes }, retryable: true }
+            : {
+                // undici sends any async iterable; its type lists Node's Readable for that.
+                opts: { ...opts, body: buffered.rest as unknown as NonNullable<DispatchOptions['body']> },
+                retryable: false,
+              };
+        this.prepared = next;
+        return next;
+      });
     }
     this.prepared = prepared;
     return prepared;
@@ -436,7 +446,7 @@ class Attempt implements DispatchHandler {
   error: Error | undefined = undefined;
   retryable = true;
   private readonly request: ThrottledRequest;
-  private resolveHead: ((attempt: Attempt) => void) | undefined = undefined;
+  private resolveHead: ((head: ResponseHead<IncomingHttpHeaders>) => void) | undefined = undefined;
   private rejectHead: ((error: unknown) => void) | undefined = undefined;
   private collecting = false;
   private wake: (() => void) | undefined = undefined;
@@ -446,11 +456,12 @@ class Attempt implements DispatchHandler {
     this.request = request;
   }
 
-  send(prepared: PreparedBody): Promise<Attempt> {
+  /** Dispatch; resolves with a head of this attempt (all the gate holds of it) at the response head. */
+  send(prepared: PreparedBody): Promise<ResponseHead<IncomingHttpHeaders>> {
     const { request } = this;
     if (request.aborted) return Promise.reject(request.reason);
     this.retryable = prepared.retryable;
-    return new Promise<Attempt>((resolve, reject) => {
+    return new Promise<ResponseHead<IncomingHttpHeaders>>((resolve, reject) => {
       this.resolveHead = resolve;
       this.rejectHead = reject;
       try {
@@ -484,7 +495,7 @@ class Attempt implements DispatchHandler {
     this.state = 'held';
     // Hold the body at the socket until the gate has decided (no buffering of a body we may drop).
     controller.pause();
-    this.resolveHead?.(this);
+    this.resolveHead?.(headOf(this, statusCode, statusMessage ?? '', headers));
   }
 
   onResponseData(controller: DispatchController, chunk: Buffer): void {
@@ -650,10 +661,15 @@ function isReplayable(body: unknown): boolean {
 
 type Buffered = { readonly bytes: Buffer } | { readonly rest: AsyncIterable<Buffer> };
 
-/** Read a once-only body up to `maxBytes`: all of it, or what was read followed by the rest, streamed. */
+/**
+ * Read a once-only body up to `maxBytes`: all of it, or what was read followed by the rest, streamed.
+ * An abort of `signal` rejects at once with its reason, without waiting for the next chunk (an
+ * upload that never ends would otherwise hold the call), and stops the body.
+ */
 async function bufferBody(
   body: Iterable<unknown> | AsyncIterable<unknown>,
   maxBytes: number,
+  signal: AbortSignal,
 ): Promise<Buffered> {
   const iterator: Iterator<unknown> | AsyncIterator<unknown> =
     Symbol.asyncIterator in body
@@ -662,7 +678,13 @@ async function bufferBody(
   const chunks: Buffer[] = [];
   let size = 0;
   for (;;) {
-    const next = await iterator.next();
+    let next: IteratorResult<unknown>;
+    try {
+      next = await untilAborted(iterator.next(), signal);
+    } catch (error) {
+      if (signal.aborted) stopBody(body, iterator);
+      throw error;
+    }
     if (next.done) return { bytes: Buffer.concat(chunks) };
     const chunk = toBuffer(next.value);
     chunks.push(chunk);
@@ -678,6 +700,41 @@ async function bufferBody(
       };
       return { rest: rest() };
     }
+  }
+}
+
+/** `step`, or a rejection with the signal's reason as soon as it aborts (a late outcome of `step` is dropped). */
+function untilAborted<T>(step: T | Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    Promise.resolve(step).then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error);
+      },
+    );
+  });
+}
+
+/**
+ * Stop an aborted body, as undici does when a request is aborted: a Node stream is destroyed (its
+ * pending read settles, the producer learns nobody reads); any iterator is asked to finish (an
+ * async generator does so after the step it is in).
+ */
+function stopBody(body: unknown, iterator: Iterator<unknown> | AsyncIterator<unknown>): void {
+  try {
+    const destroy = (body as { destroy?: unknown }).destroy;
+    // No error passed: an 'error' event on a stream nobody listens to any more would throw.
+    if (typeof destroy === 'function') destroy.call(body);
+    Promise.resolve(iterator.return?.()).catch(() => {});
+  } catch {
+    // A body that fails to stop: the call settles all the same, and nothing reads it again.
   }
 }
 

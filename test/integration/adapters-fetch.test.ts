@@ -1,18 +1,23 @@
 /**
  * wrapFetch against provider-shaped mocks (msw intercepts the global fetch; nothing leaves the
  * process). The gate runs on a manual clock: what waits for a reset or a Retry-After provably
- * does not start until the clock is moved, and no test sleeps.
+ * does not start until the clock is moved, and no test sleeps. Tests about connections and what a
+ * Response carries use a loopback server and the real fetch instead.
  */
+import { inspect } from 'node:util';
 import { HttpResponse, http } from 'msw';
 import { setupServer } from 'msw/node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { hashKey, withTollgate, wrapFetch } from '../../src/adapters/index.js';
+import { hashKey, type ResponseHead, withTollgate, wrapFetch } from '../../src/adapters/index.js';
 import { AbortedError, InvalidOptionError, QueueTimeoutError, RateLimitedError } from '../../src/errors.js';
 import { createGate, type Gate } from '../../src/gate/gate.js';
 import type { GateOptions } from '../../src/gate/options.js';
 import { nextPause, rejectionOf, T0, ticks } from '../helpers/adapter-gate.js';
+import { type ScriptedServer, startScriptedServer } from '../helpers/adapter-server.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 
+// msw replaces the global fetch when it starts listening (beforeAll): this is the real one.
+const realFetch = globalThis.fetch;
 const server = setupServer();
 beforeAll(() => server.listen({ onUnhandledRequest: 'error' }));
 afterEach(() => server.resetHandlers());
@@ -649,5 +654,72 @@ describe('wrapFetch options', () => {
     expect(hashKey('abc')).toBe('ba7816bf8f01cfea');
     expect(hashKey('abc', 64)).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
     expect(() => hashKey('abc', 0)).toThrow(InvalidOptionError);
+  });
+});
+
+describe('on a loopback server (real fetch, real sockets)', () => {
+  const loopbacks: ScriptedServer[] = [];
+  afterEach(async () => {
+    await Promise.all(loopbacks.splice(0).map((loopback) => loopback.close()));
+  });
+
+  /** `promise`, or a rejection after `ms` real ms: bounds what only a regression would leave pending. */
+  function within<T>(promise: Promise<T>, ms: number): Promise<T> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`still pending after ${ms} ms`)), ms);
+    });
+    return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+  }
+
+  it('a price hook reading a header holds no connection: a retried 429 and a cancelled body close their sockets', async () => {
+    const socketsClosed: Promise<void>[] = [];
+    const loopback = await startScriptedServer((_request, n, res) => {
+      socketsClosed.push(new Promise((resolve) => res.on('close', () => resolve())));
+      // A long body that never ends (a big error page, a stream): only a cancel releases the socket.
+      res.writeHead(n === 1 ? 429 : 200, { 'retry-after': '0', 'x-price-micros': '5' });
+      res.write('x'.repeat(200_000));
+    });
+    loopbacks.push(loopback);
+    const gate = gateWith();
+    const prices: number[] = [];
+    const fetch = wrapFetch(gate, {
+      fetch: realFetch,
+      price: {
+        actual: (response) => {
+          prices.push(Number(response.headers.get('x-price-micros')));
+          return 5;
+        },
+      },
+    });
+    const response = await fetch(`${loopback.url}/v1/page`);
+    expect(response.status).toBe(200);
+    expect(prices).toEqual([5, 5]);
+    // The gate cancelled the 429's body; the caller drops the 200's. No clone keeps either open (a
+    // cancel of one branch of a tee settles only when the other branch is cancelled too).
+    const cancelled = response.body!.cancel();
+    await within(Promise.all([cancelled, ...socketsClosed]), 2000);
+    expect(socketsClosed).toHaveLength(2);
+  });
+
+  it("RateLimitedError's cause is the last response's head: status and headers, not the URL's api_key", async () => {
+    const loopback = await startScriptedServer((_request, _n, res) => {
+      res.writeHead(429, { 'retry-after': '86400', 'x-ratelimit-remaining': '0' });
+      res.end('slow down');
+    });
+    loopbacks.push(loopback);
+    const fetch = wrapFetch(gateWith(), { fetch: realFetch });
+    const error = await rejectionOf(
+      fetch(`${loopback.url}/v1/x?api_key=SECRET-QUERY`, {
+        headers: { authorization: 'Bearer SECRET-TOKEN' },
+      }),
+    );
+    expect(error).toBeInstanceOf(RateLimitedError);
+    const cause = (error as RateLimitedError).cause as ResponseHead;
+    expect(cause.status).toBe(429);
+    expect(cause.headers.get('retry-after')).toBe('86400');
+    expect(cause.headers.get('x-ratelimit-remaining')).toBe('0');
+    expect(inspect(error, { depth: 10 })).not.toContain('SECRET');
+    expect(inspect(error, { depth: 10, showHidden: true })).not.toContain('SECRET');
   });
 });

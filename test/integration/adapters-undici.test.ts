@@ -2,7 +2,9 @@
  * tollgateInterceptor with undici 7's Agent.compose, against real loopback servers. The gate runs on
  * a manual clock: sockets are real, waits are moved by hand.
  */
+import type { IncomingHttpHeaders } from 'node:http';
 import { Readable } from 'node:stream';
+import { inspect } from 'node:util';
 import {
   Agent,
   type Dispatcher,
@@ -14,6 +16,7 @@ import {
 } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { wrapFetch } from '../../src/adapters/fetch.js';
+import type { ResponseHead } from '../../src/adapters/response-head.js';
 import { tollgateInterceptor } from '../../src/adapters/undici.js';
 import { InvalidOptionError, isTollgateError, RateLimitedError } from '../../src/errors.js';
 import { createGate, type Gate } from '../../src/gate/gate.js';
@@ -52,6 +55,15 @@ function setup(
   const agent = new Agent();
   agents.push(agent);
   return { gate, dispatcher: agent.compose(tollgateInterceptor(gate, options)) };
+}
+
+/** `promise`, or a rejection after `ms` real ms: bounds what only a regression would leave pending. */
+function within<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`still pending after ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
 /** A new-API handler that records what it is told. */
@@ -168,6 +180,28 @@ describe('tollgateInterceptor', () => {
     expect(server.requests.map((r) => r.url)).toEqual(['/first']);
   });
 
+  it('abort while an unended upload is read for replay: the handler gets the reason once, the body is destroyed, the slot is freed', async () => {
+    const server = await serve((_req, _n, res) => json(res, 200, {}));
+    const { gate, dispatcher } = setup({ limits: [{ algorithm: 'concurrency', limit: 1 }] });
+    const body = new Readable({ read() {} });
+    body.push('partial'); // the upload goes on: no end yet
+    const rec = recorder();
+    dispatcher.dispatch({ origin: server.url, path: '/v1/upload', method: 'POST', body }, rec.handler);
+    await ticks();
+    expect(gate.stats().inFlight).toBe(1);
+    rec.controller()!.abort(new Error('caller gave up'));
+    await within(rec.finished, 2000);
+    await ticks();
+    expect(rec.events).toEqual(['start', 'error caller gave up']);
+    expect(body.destroyed).toBe(true);
+    expect(gate.stats().inFlight).toBe(0);
+    // The gate's only slot is free: the next request goes out.
+    const next = await within(request(`${server.url}/v1/next`, { dispatcher }), 2000);
+    expect(next.statusCode).toBe(200);
+    await next.body.text();
+    expect(server.requests.map((r) => r.url)).toEqual(['/v1/next']);
+  });
+
   it('a JSON error body is read for body-borne limits and replayed whole to the caller when kept', async () => {
     const retryInfo = {
       error: { details: [{ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '3s' }] },
@@ -261,6 +295,33 @@ describe('tollgateInterceptor', () => {
     expect((error as RateLimitedError).retryAt).toBe(T0 + 86_400_000);
   });
 
+  it("RateLimitedError's cause is the last response's head: no request path query or headers, also through fetch", async () => {
+    const server = await serve((_req, _n, res) =>
+      json(res, 429, {}, { 'retry-after': '86400', 'x-ratelimit-remaining': '0' }),
+    );
+    const { dispatcher } = setup();
+    const url = `${server.url}/v1/x?api_key=SECRET-QUERY`;
+    const headers = { authorization: 'Bearer SECRET-TOKEN', 'x-api-key': 'SECRET-KEY' };
+    const error = await rejectionOf(request(url, { dispatcher, headers }));
+    expect(error).toBeInstanceOf(RateLimitedError);
+    const cause = (error as RateLimitedError).cause as ResponseHead<IncomingHttpHeaders>;
+    expect(cause.status).toBe(429);
+    expect(cause.headers).toMatchObject({ 'retry-after': '86400', 'x-ratelimit-remaining': '0' });
+    expect(inspect(error, { depth: 10 })).not.toContain('SECRET');
+    expect(inspect(error, { depth: 10, showHidden: true })).not.toContain('SECRET');
+    // Through Node's fetch (a fresh gate: this one pauses the origin): TypeError('fetch failed')
+    // whose cause is that RateLimitedError.
+    const previous = getGlobalDispatcher();
+    setGlobalDispatcher(setup().dispatcher);
+    try {
+      const failed = await rejectionOf(fetch(url, { headers }));
+      expect((failed as Error).cause).toBeInstanceOf(RateLimitedError);
+      expect(inspect(failed, { depth: 10 })).not.toContain('SECRET');
+    } finally {
+      setGlobalDispatcher(previous);
+    }
+  });
+
   it('the default key is the origin; opts.tollgate and requestOptions are honoured', async () => {
     const a = await serve((_req, _n, res) => json(res, 200, {}));
     const b = await serve((_req, _n, res) => json(res, 200, {}));
@@ -305,6 +366,39 @@ describe('tollgateInterceptor', () => {
       clock.advance(10_000);
       await ticks();
       expect(server.requests).toHaveLength(2);
+    } finally {
+      setGlobalDispatcher(previous);
+    }
+  });
+
+  it("Node's global fetch: aborting a streamed upload before it ends frees the gate's slot", async () => {
+    const server = await serve((_req, _n, res) => json(res, 200, {}));
+    const { gate, dispatcher } = setup({ limits: [{ algorithm: 'concurrency', limit: 1 }] });
+    const previous = getGlobalDispatcher();
+    setGlobalDispatcher(dispatcher);
+    try {
+      // Not closed: the interceptor is still buffering it (for a replay) when the caller aborts.
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode('part'));
+        },
+      });
+      const controller = new AbortController();
+      const call = fetch(`${server.url}/v1/upload`, {
+        method: 'POST',
+        body,
+        duplex: 'half',
+        signal: controller.signal,
+      } as RequestInit);
+      await ticks();
+      expect(gate.stats().inFlight).toBe(1);
+      controller.abort();
+      expect(((await rejectionOf(call)) as Error).name).toBe('AbortError');
+      const next = await within(fetch(`${server.url}/v1/next`), 2000);
+      expect(next.status).toBe(200);
+      await next.text();
+      expect(gate.stats().inFlight).toBe(0);
+      expect(server.requests.map((r) => r.url)).toEqual(['/v1/next']);
     } finally {
       setGlobalDispatcher(previous);
     }
