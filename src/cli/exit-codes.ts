@@ -11,7 +11,11 @@ export const ExitCode = {
   usage: 2,
   /** A budget was exhausted: the run stopped; requests not sent have no result, and a re-run resumes them. */
   budget: 3,
-  /** Partial failure: some requests ended with an error or an HTTP status >= 400, or malformed lines were skipped. */
+  /**
+   * Partial failure: some requests ended with an error or an HTTP status >= 400 (in this run, or
+   * earlier: a resumed run without --retry-failed leaves those failures in the results), or
+   * malformed lines were skipped.
+   */
   partial: 4,
   /** Interrupted (Ctrl-C): results so far are written; a re-run resumes the rest. 128 + SIGINT (2). */
   interrupted: 130,
@@ -26,6 +30,7 @@ export const exitCodeHelp = `Exit codes:
   2    usage or input error: bad flag or value, unreadable file, bad config,
        or a malformed line with --strict (nothing is sent when --strict finds one)
   3    stopped by a budget: unsent requests have no result; a re-run resumes them
-  4    partial failure: some requests ended with an error or HTTP status >= 400,
+  4    partial failure: some requests ended with an error or HTTP status >= 400
+       (in this run, or earlier and not retried: see --retry-failed),
        or malformed lines were skipped
   130  interrupted (Ctrl-C): finished results are written; a re-run resumes the rest`;

@@ -150,6 +150,9 @@ export async function send(
   };
   if (request.body !== undefined) init.body = request.body;
 
+  // What fetch would refuse (a header value, a method) is refused here, before the gate: a call
+  // that fails inside the gate is charged its estimate, as one that may have reached the provider.
+  new Request(request.url, { method: request.method, headers });
   const response = await throttled(request.url, init);
   const bytes = new Uint8Array(await response.arrayBuffer());
   let parsed: { value: unknown } | undefined;

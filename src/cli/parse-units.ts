@@ -6,6 +6,7 @@
  */
 import { type BudgetSpec, type LimitSpec, parseMoney, windowSafe } from '../index.js';
 import { CliError } from './cli-error.js';
+import { headerNameProblem, headerValueProblem } from './header-value.js';
 
 // Milliseconds per time unit, by every spelling we accept.
 const timeUnits: Readonly<Record<string, number>> = {
@@ -63,8 +64,10 @@ function count(text: string): number | undefined {
 }
 
 /**
- * A duration: `500ms`, `30s`, `2m`, `1.5h`, `1d`; `0` alone; with `allowInfinity`, also `inf`,
- * `infinity` or `none` (no deadline). A bare number other than 0 is refused: ms or s would be a guess.
+ * A duration in whole milliseconds: `500ms`, `30s`, `2m`, `1.5h`, `1d`; `0` alone; with
+ * `allowInfinity`, also `inf`, `infinity` or `none` (no deadline). A bare number other than 0 is
+ * refused: ms or s would be a guess. A fraction of a millisecond rounds up (`1.0005s` is 1001 ms):
+ * timers take integers, and a deadline never ends early.
  */
 export function parseDuration(flag: string, text: string, { allowInfinity = false } = {}): number {
   const expected = `Expected ${flag} like 500ms, 30s or 2m${allowInfinity ? ' (or `inf` for none)' : ''}, got ${shown(text)}`;
@@ -74,8 +77,13 @@ export function parseDuration(flag: string, text: string, { allowInfinity = fals
   const m = /^(\d+(?:\.\d+)?)\s*([a-z]+)$/.exec(t);
   const per = m === null ? undefined : timeUnits[m[2]!];
   if (m === null || per === undefined) throw new CliError(expected);
-  const ms = Number(m[1]) * per;
-  if (!Number.isFinite(ms)) throw new CliError(expected);
+  // Exact decimal arithmetic: 1.005 * 1000 is 1004.9999999999999 in floating point. With k
+  // fraction digits, ms = ceil(digits * per / 10^k).
+  const [whole, fraction = ''] = m[1]!.split('.');
+  const scaled = BigInt(`${whole}${fraction}`) * BigInt(per);
+  const denominator = 10n ** BigInt(fraction.length);
+  const ms = Number((scaled + denominator - 1n) / denominator);
+  if (!Number.isSafeInteger(ms)) throw new CliError(expected);
   return ms;
 }
 
@@ -255,12 +263,28 @@ export function parsePrice(flag: string, value: unknown): { micros: number; curr
   }
 }
 
-/** `Name: value` (a header to add to every request). */
+/**
+ * `Name: value` (a header to add to every request). The value is usually a secret: messages name
+ * the header, never show the value.
+ */
 export function parseHeader(text: string, flag = '--header'): [string, string] {
   const colon = text.indexOf(':');
-  const name = colon === -1 ? '' : text.slice(0, colon).trim();
-  if (!/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/.test(name)) {
-    throw new CliError(`Expected ${flag} like "Authorization: Bearer …", got ${shown(text)}`);
+  if (colon === -1) {
+    throw new CliError(
+      `Expected ${flag} like "Authorization: Bearer …", got one without a colon (not shown)`,
+    );
   }
-  return [name, text.slice(colon + 1).trim()];
+  const name = text.slice(0, colon).trim();
+  const nameProblem = headerNameProblem(name);
+  if (nameProblem !== undefined) {
+    throw new CliError(`Expected ${flag} like "Authorization: Bearer …": ${nameProblem}`);
+  }
+  const value = text.slice(colon + 1).trim();
+  const valueProblem = headerValueProblem(value);
+  if (valueProblem !== undefined) {
+    throw new CliError(
+      `Expected ${flag} "${name}" to have a valid value: it ${valueProblem} (value not shown)`,
+    );
+  }
+  return [name, value];
 }

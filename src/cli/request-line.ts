@@ -13,8 +13,14 @@
  * - `price`: the money estimate reserved on the budgets (default `--price`).
  * - `priority` (integer, higher first), `key` (partition; default the URL's origin).
  * Other fields are ignored (keep your own metadata there).
+ *
+ * Messages never show a header's value, a URL's userinfo or its query values (API keys travel
+ * there), nor the text around a JSON syntax error.
  */
+import { headerNameProblem, headerValueProblem } from './header-value.js';
+import { jsonErrorPosition } from './json-error-position.js';
 import { parsePrice } from './parse-units.js';
+import { safeUrlText } from './redact.js';
 
 export interface RequestSpec {
   /** The id as written (a string or an integer), echoed in the result. */
@@ -43,10 +49,19 @@ export class MalformedLineError extends Error {
 }
 
 const methodShape = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+// fetch refuses these methods (after the gate would have reserved, and charged, the request).
+const forbiddenMethods = new Set(['CONNECT', 'TRACE', 'TRACK']);
 
 function show(value: unknown): string {
   const text = JSON.stringify(value) ?? String(value);
   return text.length > 60 ? `${text.slice(0, 57)}...` : text;
+}
+
+/** What a value is, for messages about values that must not be shown. */
+function kindOf(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
 }
 
 /** Parse and validate one line. Throws `MalformedLineError`. */
@@ -55,11 +70,13 @@ export function parseRequestLine(text: string, line: number, baseUrl: URL | unde
   let value: unknown;
   try {
     value = JSON.parse(text);
-  } catch (error) {
-    throw bad(`not valid JSON (${(error as Error).message})`);
+  } catch {
+    // V8's message quotes the text around the error: only the position is shown.
+    const at = jsonErrorPosition(text);
+    throw bad(`not valid JSON${at === undefined ? '' : ` (at column ${at.column})`}`);
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw bad(`expected a JSON object, got ${show(value)}`);
+    throw bad(`expected a JSON object, got ${kindOf(value)}`);
   }
   const o = value as Record<string, unknown>;
 
@@ -70,20 +87,27 @@ export function parseRequestLine(text: string, line: number, baseUrl: URL | unde
 
   const rawUrl = o['url'];
   if (typeof rawUrl !== 'string' || rawUrl.length === 0) {
-    throw bad(`expected \`url\` to be a string, got ${show(rawUrl)}`);
+    throw bad(`expected \`url\` to be a string, got ${typeof rawUrl === 'string' ? '""' : kindOf(rawUrl)}`);
   }
+  const shownUrl = show(safeUrlText(rawUrl));
   let url: URL;
   try {
     url = new URL(rawUrl, baseUrl);
   } catch {
     throw bad(
       baseUrl === undefined
-        ? `expected \`url\` to be an absolute http(s) URL (or pass --base-url), got ${show(rawUrl)}`
-        : `expected \`url\` to be a URL, got ${show(rawUrl)}`,
+        ? `expected \`url\` to be an absolute http(s) URL (or pass --base-url), got ${shownUrl}`
+        : `expected \`url\` to be a URL, got ${shownUrl}`,
     );
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw bad(`expected \`url\` to use http or https, got ${show(rawUrl)}`);
+    throw bad(`expected \`url\` to use http or https, got ${shownUrl}`);
+  }
+  if (url.username !== '' || url.password !== '') {
+    // fetch refuses them (quoting the URL); credentials belong in a header.
+    throw bad(
+      `expected \`url\` without credentials (user:password@), got ${shownUrl}; send them in a header`,
+    );
   }
 
   const rawMethod = o['method'] ?? 'GET';
@@ -91,19 +115,24 @@ export function parseRequestLine(text: string, line: number, baseUrl: URL | unde
     throw bad(`expected \`method\` to be an HTTP method such as GET or POST, got ${show(rawMethod)}`);
   }
   const method = rawMethod.toUpperCase();
+  if (forbiddenMethods.has(method)) throw bad(`fetch cannot send a ${method} request`);
 
   const headers: Record<string, string> = {};
   const rawHeaders = o['headers'];
   if (rawHeaders !== undefined && rawHeaders !== null) {
     if (typeof rawHeaders !== 'object' || Array.isArray(rawHeaders)) {
-      throw bad(`expected \`headers\` to be an object of strings, got ${show(rawHeaders)}`);
+      throw bad(`expected \`headers\` to be an object of strings, got ${kindOf(rawHeaders)}`);
     }
     for (const [name, v] of Object.entries(rawHeaders as Record<string, unknown>)) {
-      if (!methodShape.test(name)) throw bad(`header name ${show(name)} is not a valid token`);
+      const nameProblem = headerNameProblem(name);
+      if (nameProblem !== undefined) throw bad(`in \`headers\`, ${nameProblem}`);
       if (typeof v !== 'string' && typeof v !== 'number') {
-        throw bad(`expected \`headers.${name}\` to be a string, got ${show(v)}`);
+        throw bad(`expected \`headers.${name}\` to be a string, got ${kindOf(v)}`);
       }
-      headers[name.toLowerCase()] = String(v);
+      const value = String(v);
+      const valueProblem = headerValueProblem(value);
+      if (valueProblem !== undefined) throw bad(`\`headers.${name}\` ${valueProblem} (value not shown)`);
+      headers[name.toLowerCase()] = value;
     }
   }
 

@@ -25,6 +25,11 @@ export async function readCompleted(path: string): Promise<Completed> {
   let unreadable = 0;
   if (!existsSync(path)) return { ids, succeeded, results, unreadable };
   for await (const line of readFileLines(path)) {
+    if (line.text === undefined) {
+      // Longer than any line this tool writes (--max-inline-body is capped below it).
+      unreadable++;
+      continue;
+    }
     let value: unknown;
     try {
       value = JSON.parse(line.text);
@@ -73,7 +78,12 @@ export class ResultWriter {
 
   write(result: object): void {
     if (this.fd === undefined) throw new Error(`results file ${this.path} is closed`);
-    writeSync(this.fd, `${JSON.stringify(result)}\n`);
+    const bytes = Buffer.from(`${JSON.stringify(result)}\n`, 'utf8');
+    // writeSync may write less than asked (a signal, a pipe, a nearly full disk): the rest follows
+    // at once, so the line is never torn by the next one.
+    for (let written = 0; written < bytes.length; ) {
+      written += writeSync(this.fd, bytes, written, bytes.length - written);
+    }
   }
 
   close(): void {

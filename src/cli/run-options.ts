@@ -3,11 +3,14 @@
  * into a `RunConfig`. Flags win over the config file; the config file wins over defaults. Every
  * error names the flag (or the config key and file) and the value.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { type BudgetSpec, type GateOptions, type LimitSpec, type PriceTable, priceTable } from '../index.js';
 import { CliError } from './cli-error.js';
+import { headerNameProblem, headerValueProblem } from './header-value.js';
+import { jsonErrorPosition } from './json-error-position.js';
+import { maxLineBytes } from './jsonl.js';
 import {
   parseBudget,
   parseDuration,
@@ -19,6 +22,7 @@ import {
   parseRate,
 } from './parse-units.js';
 import type { ProgressMode } from './progress.js';
+import { safeUrlText } from './redact.js';
 import type { RunConfig } from './runner.js';
 
 export const runFlags = {
@@ -65,7 +69,7 @@ Limits (repeatable where noted; none means no rate limit of your own):
   --per-host               apply these limits to each origin separately (default: all together)
   --header-adapt on|off    listen to Retry-After and rate-limit headers, retry 429s (default on)
   --max-queue-time 30s     a request that cannot start within this is not sent (error result)
-  --timeout 60s            per HTTP attempt (default 60s)
+  --timeout 60s            per HTTP attempt (default 60s; at most 24d, or inf)
 
 Money:
   --budget 5usd/day        hard cap per period, reserved before sending (repeatable;
@@ -82,7 +86,7 @@ Input and output:
   -H, --header "K: V"      add a header to every request (repeatable), e.g. an API key
   --keep-header NAME       keep this response header in results (repeatable)
   --bodies-dir DIR         large or binary bodies go here (default: <out>.bodies)
-  --max-inline-body 64kb   larger bodies are written to files (default 64kb)
+  --max-inline-body 64kb   larger bodies are written to files (default 64kb, at most 8mb)
   --window 256             most requests read ahead of their results (memory bound)
   --progress auto|bar|plain|none   (auto: a bar on a terminal, plain lines otherwise)
   -c, --config FILE.json   the same options as JSON (keys in camelCase; flags win)
@@ -125,6 +129,13 @@ const configKeys = [
 ] as const;
 
 type ConfigFile = Partial<Record<(typeof configKeys)[number], unknown>>;
+
+// The longest timer Node keeps (ms): 2^31 - 1, about 24.8 days.
+const maxTimerMs = 2 ** 31 - 1;
+// An inline body is JSON-escaped in its result line (up to 6 bytes per byte, a control character
+// as \u0000): an eighth of the line cap resume reads (64 MiB / 8 = 8 MiB, at most 48 MiB escaped)
+// keeps every result line readable.
+const maxInlineBodyLimit = maxLineBytes / 8;
 
 function closest(word: string, candidates: readonly string[]): string | undefined {
   // Edit distance, for "did you mean": small lists, short words.
@@ -192,8 +203,12 @@ function readConfig(path: string): ConfigFile {
   let value: unknown;
   try {
     value = JSON.parse(text);
-  } catch (error) {
-    throw new CliError(`--config ${path} is not valid JSON: ${(error as Error).message}`);
+  } catch {
+    // V8's message quotes the text around the error, which may be an API key: the position only.
+    const at = jsonErrorPosition(text);
+    throw new CliError(
+      `--config ${path} is not valid JSON${at === undefined ? '' : ` (at line ${at.line}, column ${at.column})`}`,
+    );
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new CliError(`--config ${path} must hold a JSON object`);
@@ -236,6 +251,33 @@ function parseBytes(flag: string, text: string): number {
   const unit = (m[2] ?? 'b').toLowerCase();
   const scale = unit.startsWith('k') ? 1024 : unit.startsWith('m') ? 1024 * 1024 : 1;
   return Number(m[1]) * scale;
+}
+
+/**
+ * A path the run will create (the results file, the bodies directory): a directory where a file is
+ * expected, or a file where a directory is on the way, is said now and not as EISDIR mid-run.
+ */
+function checkPath(flag: string, path: string, kind: 'file' | 'directory'): void {
+  const isDirectory = (p: string) => statSync(p).isDirectory();
+  if (existsSync(path)) {
+    if (kind === 'file' && isDirectory(path)) {
+      throw new CliError(`Expected ${flag} to be a file, got ${path}, which is a directory`);
+    }
+    if (kind === 'directory' && !isDirectory(path)) {
+      throw new CliError(`Expected ${flag} to be a directory, got ${path}, which is a file`);
+    }
+    return;
+  }
+  // The nearest existing ancestor must be a directory (the rest is created).
+  for (let dir = dirname(path); ; dir = dirname(dir)) {
+    if (existsSync(dir)) {
+      if (!isDirectory(dir)) {
+        throw new CliError(`Cannot create ${flag} ${path}: ${dir} is a file, not a directory`);
+      }
+      return;
+    }
+    if (dirname(dir) === dir) return;
+  }
 }
 
 function defaultOut(input: string): string {
@@ -394,12 +436,18 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
     if (typeof flagValue === 'string') return parseDuration(`--${flag}`, flagValue, { allowInfinity });
     const v = file[key];
     if (v === undefined) return fallback;
-    if (typeof v === 'number' && v >= 0) return v; // ms in a config file
+    if (typeof v === 'number' && v >= 0) return Math.ceil(v); // ms in a config file; timers take integers
     return parseDuration(label(key), asStringOrNumber(label(key), v), { allowInfinity });
   };
   const maxQueueTimeMs = durationOf('max-queue-time', 'maxQueueTime', Number.POSITIVE_INFINITY, true);
   const timeoutMs = durationOf('timeout', 'timeout', 60_000, true);
   if (timeoutMs === 0) throw new CliError('Expected --timeout to be more than 0 (or `inf` for none)');
+  // Node's timers hold a signed 32-bit ms count: a longer timeout fires after 1 ms (or throws).
+  if (Number.isFinite(timeoutMs) && timeoutMs > maxTimerMs) {
+    throw new CliError(
+      `Expected ${values.timeout !== undefined ? '--timeout' : label('timeout')} to be at most 24d (${maxTimerMs} ms), or \`inf\` for none`,
+    );
+  }
 
   // Input and output.
   const outText =
@@ -412,21 +460,23 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
   if (input !== '-' && resolve(out) === resolve(input)) {
     throw new CliError('--out must not be the requests file itself');
   }
+  checkPath('--out', out, 'file');
   const bodiesText =
     values['bodies-dir'] ?? (file.bodiesDir === undefined ? undefined : String(file.bodiesDir));
   const bodiesDir =
     bodiesText === undefined
       ? `${out.replace(/\.jsonl$/, '')}.bodies`
       : resolve(values['bodies-dir'] !== undefined ? cwd : fileDir, bodiesText);
+  checkPath('--bodies-dir', bodiesDir, 'directory');
   const inlineText =
     values['max-inline-body'] ?? (file.maxInlineBody === undefined ? undefined : String(file.maxInlineBody));
-  const maxInlineBodyBytes =
-    inlineText === undefined
-      ? 64 * 1024
-      : parseBytes(
-          values['max-inline-body'] !== undefined ? '--max-inline-body' : label('maxInlineBody'),
-          inlineText,
-        );
+  const inlineLabel = values['max-inline-body'] !== undefined ? '--max-inline-body' : label('maxInlineBody');
+  const maxInlineBodyBytes = inlineText === undefined ? 64 * 1024 : parseBytes(inlineLabel, inlineText);
+  if (maxInlineBodyBytes > maxInlineBodyLimit) {
+    throw new CliError(
+      `Expected ${inlineLabel} to be at most 8mb (a result line must stay readable on resume), got \`${inlineText}\``,
+    );
+  }
 
   const baseText = values['base-url'] ?? (file.baseUrl === undefined ? undefined : String(file.baseUrl));
   let baseUrl: URL | undefined;
@@ -435,7 +485,13 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
       baseUrl = new URL(baseText);
     } catch {
       throw new CliError(
-        `Expected --base-url to be an absolute URL like https://api.example.com/, got \`${baseText}\``,
+        `Expected --base-url to be an absolute URL like https://api.example.com/, got \`${safeUrlText(baseText)}\``,
+      );
+    }
+    if (baseUrl.username !== '' || baseUrl.password !== '') {
+      // fetch refuses them (quoting the URL); credentials belong in a header.
+      throw new CliError(
+        `Expected --base-url without credentials (user:password@), got \`${safeUrlText(baseText)}\`; send them with -H`,
       );
     }
   }
@@ -443,8 +499,21 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
   if (file.headers !== undefined) {
     if (!isRecord(file.headers))
       throw new CliError(`Expected ${label('headers')} to be an object of strings`);
-    for (const [k, v] of Object.entries(file.headers))
-      headers[k.toLowerCase()] = asStringOrNumber(label(`headers.${k}`), v);
+    for (const [k, v] of Object.entries(file.headers)) {
+      const nameProblem = headerNameProblem(k);
+      if (nameProblem !== undefined) throw new CliError(`In ${label('headers')}, ${nameProblem}`);
+      if (typeof v !== 'string' && !(typeof v === 'number' && Number.isFinite(v))) {
+        throw new CliError(`Expected ${label(`headers.${k}`)} to be a string (value not shown)`);
+      }
+      const value = String(v);
+      const valueProblem = headerValueProblem(value);
+      if (valueProblem !== undefined) {
+        throw new CliError(
+          `Expected ${label(`headers.${k}`)} to be a valid header value: it ${valueProblem} (value not shown)`,
+        );
+      }
+      headers[k.toLowerCase()] = value;
+    }
   }
   for (const text of values.header ?? []) {
     const [k, v] = parseHeader(text);

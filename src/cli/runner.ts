@@ -28,10 +28,11 @@ import { ExitCode, type ExitCodeValue } from './exit-codes.js';
 import { type GateConfig, setUpGate } from './gate-setup.js';
 import { type Attempt, bodyText, type Fetched, type Pricing, send } from './http-call.js';
 import { IdealSchedule } from './ideal-schedule.js';
-import { readFileLines, readLines } from './jsonl.js';
+import { type Line, maxLineBytes, readFileLines, readLines } from './jsonl.js';
 import { createProgress, type ProgressMode, type ProgressState } from './progress.js';
+import { redact, urlSecrets } from './redact.js';
 import { MalformedLineError, parseRequestLine, type RequestSpec } from './request-line.js';
-import { ResultWriter, readCompleted } from './results-file.js';
+import { type Completed, ResultWriter, readCompleted } from './results-file.js';
 
 export interface RunConfig extends GateConfig {
   /** A JSONL file, or `-` for stdin (no total, no ETA). */
@@ -92,6 +93,8 @@ export interface RunReport {
   readonly read: number;
   /** Already in the output: not sent again. */
   readonly skipped: number;
+  /** Of `skipped`, ids whose last result is a failure (without --retry-failed): they still fail. */
+  readonly earlierFailures: number;
   readonly malformed: number;
   /** The first malformed lines' messages. */
   readonly malformedMessages: readonly string[];
@@ -149,12 +152,22 @@ function fileNameFor(idKey: string): string {
 function errorCode(error: unknown): string {
   if (isTollgateError(error)) return error.code;
   if (error instanceof Error) {
+    const own = (error as { code?: unknown }).code;
+    if (typeof own === 'string') return own; // a system error (EISDIR, ENOSPC)
     if (error.name === 'TimeoutError') return 'ETIMEDOUT';
     const cause = (error as { cause?: { code?: unknown } }).cause;
     if (cause !== undefined && typeof cause.code === 'string') return cause.code;
     if (error.name === 'TypeError') return 'ERR_NETWORK';
   }
   return 'ERR_UNKNOWN';
+}
+
+/** A line over the cap, as a malformed line (its text was never held). */
+function overlongLine(line: Line & { text: undefined }): MalformedLineError {
+  return new MalformedLineError(
+    line.number,
+    `longer than ${maxLineBytes / (1024 * 1024)} MiB (${line.bytes} bytes); skipped to its end`,
+  );
 }
 
 function errorMessage(error: unknown): string {
@@ -177,6 +190,7 @@ async function prepass(
   for await (const line of readFileLines(config.input)) {
     if (config.strict) {
       try {
+        if (line.text === undefined) throw overlongLine(line);
         const request = parseRequestLine(line.text, line.number, config.baseUrl);
         const first = seen.get(request.idKey);
         if (first !== undefined) {
@@ -192,6 +206,10 @@ async function prepass(
         problemCount++;
         if (problems.length < maxMalformedMessages) problems.push(error.message);
       }
+      continue;
+    }
+    if (line.text === undefined) {
+      total++;
       continue;
     }
     try {
@@ -210,7 +228,12 @@ export async function runBatch(
   hooks: RunHooks = {},
 ): Promise<RunReport> {
   const began = performance.now();
-  const previous = await readCompleted(config.out);
+  let previous: Completed;
+  try {
+    previous = await readCompleted(config.out);
+  } catch (error) {
+    throw new CliError(`Cannot read --out ${config.out}: ${(error as Error).message}`);
+  }
   const completed = config.retryFailed ? previous.succeeded : previous.ids;
 
   let total: number | undefined;
@@ -230,7 +253,13 @@ export async function runBatch(
 
   const run = await setUpGate(config);
   const { gate } = run;
-  const writer = new ResultWriter(config.out);
+  let writer: ResultWriter;
+  try {
+    writer = new ResultWriter(config.out);
+  } catch (error) {
+    await run.close();
+    throw new CliError(`Cannot open --out ${config.out}: ${(error as Error).message}`);
+  }
   const progress = createProgress(config.progress, hooks.label ?? 'tollgate');
   const ideal = new IdealSchedule(config.limits, config.perHost);
   const baseHeaders = new Headers(config.headers);
@@ -253,6 +282,7 @@ export async function runBatch(
 
   let read = 0;
   let skipped = 0;
+  let earlierFailures = 0;
   let malformed = 0;
   const malformedMessages: string[] = [];
   let sent = 0;
@@ -271,6 +301,8 @@ export async function runBatch(
   let strictStop: string | undefined;
   let readerStopped = false;
   let fatal: unknown;
+  // A body file that could not be written: the run stops (exit 1) once the requests in flight end.
+  let diskFailure: { error: unknown; results: number } | undefined;
   let firstStart: number | undefined;
   let lastDone = 0;
 
@@ -328,6 +360,34 @@ export async function runBatch(
     return { bodyFile: relative(dirname(config.out), path), bodyBytes: fetched.bytes.length };
   };
 
+  /**
+   * The body's fields of a result. Writing a body file can fail (a full disk, a file where the
+   * directory should be): that is a local failure, not the request's. The provider answered (and
+   * charged), so the result stays as it was, with a `bodyError` instead of the body, and a re-run
+   * does not send it again, even with --retry-failed. No new request starts; the run exits 1.
+   */
+  const savedBody = (fetched: Fetched, request: RequestSpec): Record<string, unknown> => {
+    try {
+      return bodyFields(fetched, request);
+    } catch (error) {
+      if (diskFailure === undefined) {
+        diskFailure = { error, results: 0 };
+        readerStopped = true;
+        halt.abort(error);
+        progress.log(`cannot write a body file: ${errorMessage(error)}. No new requests are taken.`);
+      }
+      diskFailure.results++;
+      return { bodyError: { code: errorCode(error), message: errorMessage(error) } };
+    }
+  };
+
+  /** Values an error message may quote that must not reach the results file. */
+  const secretsOf = (request: RequestSpec): string[] => [
+    ...Object.values(request.headers),
+    ...Object.values(config.headers),
+    ...urlSecrets(request.url),
+  ];
+
   const processOne = async (request: RequestSpec): Promise<void> => {
     const key = request.key ?? request.url.origin;
     const estimate = request.priceMicros ?? config.priceMicros;
@@ -352,8 +412,9 @@ export async function runBatch(
     let result: Record<string, unknown>;
     let priceMicros: number | undefined;
     let success = false;
+    let fetched: Fetched | undefined;
     try {
-      const { fetched, actualPriceMicros } = await send(request, estimate, {
+      const sent = await send(request, estimate, {
         gate,
         pricing: config.pricing,
         baseHeaders,
@@ -363,9 +424,10 @@ export async function runBatch(
         now: () => gate.now(),
         onAttempt,
       });
+      fetched = sent.fetched;
       const at = gate.now();
       success = fetched.status < 400;
-      priceMicros = actualPriceMicros ?? estimate;
+      priceMicros = sent.actualPriceMicros ?? estimate;
       result = {
         id: request.id,
         line: request.line,
@@ -375,7 +437,6 @@ export async function runBatch(
         waitedMs: Math.max(0, Math.round(at - t0 - busyMs)),
         durationMs: Math.round(at - t0),
         headers: keptHeaders(fetched.headers, config.keepHeaders),
-        ...bodyFields(fetched, request),
       };
     } catch (error) {
       if (error instanceof BudgetExceededError) {
@@ -405,11 +466,15 @@ export async function runBatch(
         attempts,
         waitedMs: Math.max(0, Math.round(at - t0 - busyMs)),
         durationMs: Math.round(at - t0),
-        error: { code: errorCode(error), message: errorMessage(error) },
+        // Last line of defence: whatever fetch or the network quoted (a header value, a URL's
+        // userinfo or query) is scrubbed before it is written.
+        error: { code: errorCode(error), message: redact(errorMessage(error), secretsOf(request)) },
       };
       // A network error may have reached the provider: the gate charged the estimate.
       priceMicros = attempts > 0 ? estimate : undefined;
     }
+    // Outside the request's try: a local write failure does not turn a response into a failure.
+    if (fetched !== undefined) Object.assign(result, savedBody(fetched, request));
     if (attempts > 1) retried++;
     if (request.cost !== undefined || priceMicros !== undefined) {
       const cost: Record<string, unknown> = {};
@@ -438,6 +503,7 @@ export async function runBatch(
       if (halt.signal.aborted || readerStopped) break;
       let request: RequestSpec;
       try {
+        if (line.text === undefined) throw overlongLine(line);
         request = parseRequestLine(line.text, line.number, config.baseUrl);
         const first = seen.get(request.idKey);
         if (first !== undefined) {
@@ -460,6 +526,8 @@ export async function runBatch(
       read++;
       if (completed.has(request.idKey)) {
         skipped++;
+        // Not sent again, but still a failure in the results: the run is not a success.
+        if (!previous.succeeded.has(request.idKey)) earlierFailures++;
         continue;
       }
       // The bound: read on only when every request read so far has a slot (at most `window` at once).
@@ -489,10 +557,18 @@ export async function runBatch(
     await run.close();
   }
   if (fatal !== undefined) throw fatal;
+  if (diskFailure !== undefined) {
+    throw new CliError(
+      `Cannot write response bodies to --bodies-dir ${config.bodiesDir}: ${errorMessage(diskFailure.error)}. ` +
+        `${diskFailure.results} result(s) were written without their body ("bodyError"; not sent again on a re-run), ` +
+        'and the run stopped taking new requests. Fix the problem, then run the same command to resume the rest.',
+      ExitCode.internal,
+    );
+  }
 
   const interrupted = (signals.stop?.aborted ?? false) || (signals.kill?.aborted ?? false);
   let exitCode: ExitCodeValue = ExitCode.ok;
-  if (failed > 0 || malformed > 0) exitCode = ExitCode.partial;
+  if (failed > 0 || malformed > 0 || earlierFailures > 0) exitCode = ExitCode.partial;
   if (strictStop !== undefined) exitCode = ExitCode.usage;
   if (budgetStop !== undefined) exitCode = ExitCode.budget;
   if (interrupted) exitCode = ExitCode.interrupted;
@@ -502,6 +578,7 @@ export async function runBatch(
     toDo: total,
     read,
     skipped,
+    earlierFailures,
     malformed,
     malformedMessages,
     sent,

@@ -29,7 +29,10 @@ export function formatSummary(report: RunReport): string {
   lines.push(`Summary: ${input} → ${shortPath(report.out)}`);
 
   const req = [`${report.sent} sent`, `${report.ok} ok`, `${report.failed} failed`];
-  if (report.skipped > 0) req.unshift(`${report.skipped} already done (skipped)`);
+  if (report.skipped > 0) {
+    const earlier = report.earlierFailures > 0 ? `; ${report.earlierFailures} of them failed earlier` : '';
+    req.unshift(`${report.skipped} already done (skipped${earlier})`);
+  }
   if (report.notSent > 0) req.push(`${report.notSent} not sent`);
   if (report.malformed > 0) req.push(`${plural(report.malformed, 'malformed line')} skipped`);
   lines.push(`  requests   ${req.join(' · ')}`);
@@ -91,8 +94,13 @@ function outcome(report: RunReport): string {
       const parts: string[] = [];
       if (report.failed > 0)
         parts.push(`${plural(report.failed, 'request')} failed ("ok": false in the results)`);
+      if (report.earlierFailures > 0)
+        parts.push(
+          `${plural(report.earlierFailures, 'earlier failure')} still in the results (not sent again in this run)`,
+        );
       if (report.malformed > 0) parts.push(`${plural(report.malformed, 'malformed line')} skipped`);
-      return `partial failure: ${parts.join('; ')}${report.failed > 0 ? '; re-run with --retry-failed to send them again' : ''}`;
+      const retry = report.failed > 0 || report.earlierFailures > 0;
+      return `partial failure: ${parts.join('; ')}${retry ? '; re-run with --retry-failed to send them again' : ''}`;
     }
     default:
       return report.finished === 0 && report.skipped > 0

@@ -1,6 +1,7 @@
 /** Running the `tollgate` command in a child process, as users do: `node --import tsx src/cli/main.ts`. */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { type AddressInfo, createServer } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -78,4 +79,13 @@ export async function waitFor(predicate: () => boolean, timeoutMs: number, what:
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await sleep(20);
   }
+}
+
+/** A port on 127.0.0.1 nothing listens on (it was free a moment ago). */
+export async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
 }

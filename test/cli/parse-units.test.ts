@@ -151,6 +151,17 @@ describe('other values', () => {
     expect(message(() => parseDuration('--timeout', 'inf'))).toMatch(/got `inf`/);
   });
 
+  it.each([
+    ['1.005s', 1_005],
+    ['1.1s', 1_100],
+    ['0.0001s', 1],
+    ['1.0005s', 1_001],
+    ['2.5ms', 3],
+    ['0.1h', 360_000],
+  ])('reads %s as whole milliseconds, a fraction rounded up', (text, ms) => {
+    expect(parseDuration('--timeout', text)).toBe(ms);
+  });
+
   it('reads on/off, integers, prices and headers', () => {
     expect(parseOnOff('--header-adapt', 'off')).toBe(false);
     expect(parseOnOff('--header-adapt', 'ON')).toBe(true);

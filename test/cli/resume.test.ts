@@ -9,12 +9,21 @@
  * killed one sent in its last second: the test waits one window before each resume, as a user
  * restarting a crashed job would see happen naturally.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type SimulatedApi, startSimulatedApi } from '../../src/testing/index.js';
-import { lineCount, readResults, sleep, spawnCli, waitFor, writeJsonl } from './cli-helpers.js';
+import {
+  closedPort,
+  lineCount,
+  readResults,
+  runCli,
+  sleep,
+  spawnCli,
+  waitFor,
+  writeJsonl,
+} from './cli-helpers.js';
 
 const total = 1_000;
 let api: SimulatedApi;
@@ -109,4 +118,41 @@ describe('tollgate run: kill, interrupt, resume', () => {
     expect(stats.accepted).toBeGreaterThanOrEqual(total);
     expect(stats.accepted - total).toBeLessThanOrEqual(16);
   }, 60_000);
+});
+
+describe('tollgate run: resume with failures in the results', () => {
+  it('exits 4 while failures of this input remain, and says how many and how to retry them', async () => {
+    const input = join(dir, 'failing.jsonl');
+    const out = join(dir, 'failing.results.jsonl');
+    const down = { id: 'down', url: `http://127.0.0.1:${await closedPort()}/unreachable` };
+    writeJsonl(input, [{ id: 'up', url: `${api.url}/v1/up` }, down]);
+    const args = ['run', input, '--out', out, '--progress', 'none'];
+    const first = await runCli(args);
+    expect(first.code).toBe(4);
+
+    // Nothing to send: the earlier failure still stands.
+    const again = await runCli(args);
+    expect(again.code, again.stdout).toBe(4);
+    expect(again.stdout).toContain('2 already done (skipped; 1 of them failed earlier)');
+    expect(again.stdout).toContain(
+      'partial failure: 1 earlier failure still in the results (not sent again in this run); re-run with --retry-failed to send them again',
+    );
+    expect(again.stdout).not.toContain('nothing to do');
+
+    // New requests all succeed: still a partial failure.
+    appendFileSync(input, `${JSON.stringify({ id: 'new', url: `${api.url}/v1/new` })}\n`);
+    const more = await runCli(args);
+    expect(more.code, more.stdout).toBe(4);
+    expect(more.stdout).toContain('1 sent · 1 ok · 0 failed');
+    expect(readResults(out)).toHaveLength(3);
+
+    // Once the failure is gone from this input, the run is a success.
+    writeJsonl(input, [
+      { id: 'up', url: `${api.url}/v1/up` },
+      { id: 'new', url: `${api.url}/v1/new` },
+    ]);
+    const clean = await runCli(args);
+    expect(clean.code, clean.stdout).toBe(0);
+    expect(clean.stdout).toContain('nothing to do');
+  });
 });

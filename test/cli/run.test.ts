@@ -2,13 +2,12 @@
  * `tollgate run` end to end (a child process against the simulated API): flags and their errors,
  * malformed lines, --strict, results, body files, failures and --retry-failed, config files.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { type AddressInfo, createServer } from 'node:net';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type SimulatedApi, startSimulatedApi } from '../../src/testing/index.js';
-import { lineCount, readResults, runCli, spawnCli, waitFor, writeJsonl } from './cli-helpers.js';
+import { closedPort, lineCount, readResults, runCli, spawnCli, waitFor, writeJsonl } from './cli-helpers.js';
 
 let api: SimulatedApi;
 let dir: string;
@@ -37,15 +36,6 @@ beforeEach(() => {
   out = join(dir, `results-${n}.jsonl`);
   api.reset();
 });
-
-/** A port nothing listens on (it was free a moment ago). */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 const request = (id: string | number, extra: object = {}) => ({
   id,
@@ -77,6 +67,8 @@ describe('flags', () => {
     [['--max-queue-time', '10'], 'Expected --max-queue-time like 500ms, 30s or 2m'],
     [['--burst', '5'], '--burst needs a rate'],
     [['--progress', 'fancy'], 'Expected --progress to be auto, bar, plain or none'],
+    [['--timeout', '25d'], 'Expected --timeout to be at most 24d (2147483647 ms), or `inf` for none'],
+    [['--max-inline-body', '9mb'], 'Expected --max-inline-body to be at most 8mb'],
   ])('refuses %j', async (flags, text) => {
     writeJsonl(input, [request(1)]);
     const result = await runCli(['run', input, ...flags]);
@@ -107,6 +99,42 @@ describe('flags', () => {
       expect(readResults(out)).toHaveLength(3);
     },
   );
+
+  it('names --out and the path when --out is a directory or under a file (exit 2, nothing sent)', async () => {
+    writeJsonl(input, [request(1)]);
+    const aFile = join(dir, `a-file-${n}`);
+    writeFileSync(aFile, 'not a directory');
+    const underFile = await runCli([
+      'run',
+      input,
+      '--out',
+      join(aFile, 'results.jsonl'),
+      '--progress',
+      'none',
+    ]);
+    expect(underFile.code).toBe(2);
+    expect(underFile.stderr.trim()).toBe(
+      `tollgate: Cannot create --out ${join(aFile, 'results.jsonl')}: ${aFile} is a file, not a directory`,
+    );
+    const isDirectory = await runCli(['run', input, '--out', dir, '--progress', 'none']);
+    expect(isDirectory.code).toBe(2);
+    expect(isDirectory.stderr.trim()).toBe(
+      `tollgate: Expected --out to be a file, got ${dir}, which is a directory`,
+    );
+    const bodies = await runCli(['run', input, '--out', out, '--bodies-dir', aFile, '--progress', 'none']);
+    expect(bodies.code).toBe(2);
+    expect(bodies.stderr.trim()).toBe(
+      `tollgate: Expected --bodies-dir to be a directory, got ${aFile}, which is a file`,
+    );
+    expect(api.stats().received).toBe(0);
+  });
+
+  it('takes a fractional --timeout as whole milliseconds (1.005s)', async () => {
+    writeJsonl(input, [request(1)]);
+    const result = await runCli(['run', input, '--out', out, '--timeout', '1.005s', '--progress', 'none']);
+    expect(result.code, result.stdout + result.stderr).toBe(0);
+    expect(readResults(out)).toMatchObject([{ id: 1, ok: true, status: 200 }]);
+  });
 
   it('explains a missing file and an unknown command', async () => {
     const missing = await runCli(['run', join(dir, 'nope.jsonl')]);
@@ -144,6 +172,43 @@ describe('input lines', () => {
     expect(result.stdout).toContain('6 malformed lines skipped');
     expect(readResults(out).map((r) => r['id'])).toEqual(expect.arrayContaining(['a', 'b', 'f']));
     expect(readResults(out)).toHaveLength(3);
+  });
+
+  it('skips a line over 64 MiB as malformed (number and length), and reads on after it', async () => {
+    // A valid request line of 64 MiB + 1 KiB: held whole, it would be sent.
+    const pad = 'x'.repeat(64 * 1024 * 1024 + 1024);
+    const long = JSON.stringify(request('long', { pad }));
+    writeFileSync(input, `${JSON.stringify(request('a'))}\n${long}\n${JSON.stringify(request('b'))}\n`);
+    const result = await runCli(['run', input, '--out', out, '--progress', 'none']);
+    expect(result.code).toBe(4);
+    expect(result.stderr).toContain(
+      `line 2: longer than 64 MiB (${Buffer.byteLength(long)} bytes); skipped to its end`,
+    );
+    expect(readResults(out).map((r) => r['id'])).toEqual(expect.arrayContaining(['a', 'b']));
+    expect(readResults(out)).toHaveLength(2);
+    expect(api.stats().received).toBe(2);
+  }, 60_000);
+
+  it('never charges a budget for a request fetch refuses to send', async () => {
+    writeJsonl(input, [request('traced', { method: 'TRACE' }), request('sent')]);
+    const result = await runCli([
+      'run',
+      input,
+      '--out',
+      out,
+      '--budget',
+      '1usd/day',
+      '--ledger',
+      'memory',
+      '--price',
+      '0.1usd',
+      '--progress',
+      'none',
+    ]);
+    expect(result.code).toBe(4);
+    expect(result.stderr).toContain('line 1: fetch cannot send a TRACE request');
+    expect(result.stdout).toContain('spend      $0.10 of $1.00');
+    expect(readResults(out).map((r) => r['id'])).toEqual(['sent']);
   });
 
   it('--strict refuses the file before sending anything', async () => {
@@ -196,6 +261,29 @@ describe('results', () => {
     expect(JSON.parse(readFileSync(join(dir, r!['bodyFile'] as string), 'utf8'))).toMatchObject({ ok: true });
   });
 
+  it('a body file that cannot be written stops the run (exit 1); the success is kept and not sent again', async () => {
+    writeJsonl(input, [request('one')]);
+    const bodies = join(dir, `bodies-${n}`);
+    // A directory where the body file of `one` goes: writing it fails (EISDIR).
+    mkdirSync(join(bodies, 'one'), { recursive: true });
+    const args = ['run', input, '--out', out, '--bodies-dir', bodies, '--max-inline-body', '8'];
+    const first = await runCli([...args, '--progress', 'none']);
+    expect(first.code).toBe(1);
+    expect(first.stderr).toContain(
+      `tollgate: Cannot write response bodies to --bodies-dir ${bodies}: EISDIR`,
+    );
+    expect(first.stderr).not.toContain('internal error');
+    const one = readResults(out).find((r) => r['id'] === 'one')!;
+    expect(one).toMatchObject({ ok: true, status: 200, bodyError: { code: 'EISDIR' } });
+    expect(one['body']).toBeUndefined();
+
+    const retry = await runCli([...args, '--retry-failed', '--progress', 'none']);
+    expect(retry.code).toBe(0);
+    expect(retry.stdout).toContain('1 already done (skipped)');
+    expect(readResults(out)).toHaveLength(1);
+    expect(api.stats().received).toBe(1);
+  });
+
   it('records a failure as a result (exit 4) and sends it again with --retry-failed', async () => {
     writeJsonl(input, [
       request('fine'),
@@ -208,7 +296,7 @@ describe('results', () => {
     expect(down).toMatchObject({ ok: false, attempts: 1, error: { code: 'ECONNREFUSED' } });
 
     const plain = await runCli(['run', input, '--out', out, '--progress', 'none']);
-    expect(plain.code).toBe(0);
+    expect(plain.code).toBe(4);
     expect(readResults(out)).toHaveLength(2);
     const retry = await runCli(['run', input, '--out', out, '--retry-failed', '--progress', 'none']);
     expect(retry.code).toBe(4);
