@@ -355,12 +355,19 @@ export class BudgetGuard {
     } else if (ledger === 'file') {
       this.ledger = new FileLedger();
       this.ownsLedger = true;
-    } else if (isLedger(ledger)) {
-      this.ledger = ledger;
-      this.ownsLedger = false;
     } else if (typeof ledger === 'object' && ledger !== null && !Array.isArray(ledger)) {
-      this.ledger = new FileLedger(ledger as FileLedgerOptions);
-      this.ownsLedger = true;
+      // A Ledger has every method; options have none. Something in between is a Ledger missing a
+      // method, not file options: opening the default file instead would hide the mistake.
+      const missing = missingMethods(ledger, ledgerMethods);
+      if (missing.length === 0) {
+        this.ledger = ledger as Ledger;
+        this.ownsLedger = false;
+      } else if (missing.length < ledgerMethods.length) {
+        throw invalid('ledger', `a Ledger (missing method ${missing.join(', ')})`, ledger);
+      } else {
+        this.ledger = new FileLedger(ledger as FileLedgerOptions);
+        this.ownsLedger = true;
+      }
     } else {
       throw invalid('ledger', "'file', 'memory', { path } or a Ledger", ledger);
     }
@@ -408,7 +415,9 @@ export class BudgetGuard {
    * The call was sent and cost `actualMicros`: the estimate is refunded or the difference charged
    * (an extra charge may take spend past the limit; see `budget.ts`). If the actual cost is unknown,
    * settle at `reservation.estimateMicros`. Returns false if the reservation was already settled,
-   * released, or reset. Throws `InvalidCostError` for an amount that is not an integer >= 0.
+   * released, or reset, or its window was dropped (nothing is charged then). Throws
+   * `InvalidCostError` for an amount that is not an integer >= 0, or one that would take a budget's
+   * spend past the exact range (then nothing changes).
    */
   settle(reservation: BudgetReservation, actualMicros: number, now: number = this.clock.now()): boolean {
     checkMicros(actualMicros, 'actualMicros');
@@ -528,10 +537,11 @@ export class BudgetGuard {
   }
 }
 
-function isLedger(value: unknown): value is Ledger {
-  if (typeof value !== 'object' || value === null) return false;
+/** The methods of `Ledger`, all of which the guard calls. */
+const ledgerMethods: readonly string[] = ['reserve', 'settle', 'release', 'snapshot', 'reset', 'close'];
+
+/** Which of `methods` `value` lacks (as `name()`); a method may come from the prototype (a class). */
+export function missingMethods(value: object, methods: readonly string[]): string[] {
   const v = value as Record<string, unknown>;
-  return ['reserve', 'settle', 'release', 'snapshot', 'reset', 'close'].every(
-    (m) => typeof v[m] === 'function',
-  );
+  return methods.filter((m) => typeof v[m] !== 'function').map((m) => `${m}()`);
 }

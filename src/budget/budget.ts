@@ -14,7 +14,7 @@
  */
 
 import { invalid, plainObject } from '../validate.js';
-import { normalizeCurrency, parseMoney } from './money.js';
+import { addMicros, normalizeCurrency, parseMoney } from './money.js';
 import { describePeriod, normalizePeriod, type Period, type PeriodSpec } from './period.js';
 
 /** A budget as users write it. */
@@ -99,6 +99,15 @@ export function normalizeBudget(option: string, value: unknown): Budget {
   );
   if (spec.timeZone !== undefined && period.kind === 'rolling') {
     throw invalid(`${option}.timeZone`, 'unset for a rolling period', spec.timeZone);
+  }
+  // Two zones for one period: refuse rather than pick one silently (the period's own would win).
+  if (
+    spec.timeZone !== undefined &&
+    typeof spec.period === 'object' &&
+    spec.period !== null &&
+    (spec.period as { timeZone?: unknown }).timeZone !== undefined
+  ) {
+    throw invalid(`${option}.timeZone`, `unset when \`${option}.period.timeZone\` is set`, spec.timeZone);
   }
   let name = describePeriod(period);
   if (spec.name !== undefined) {
@@ -279,14 +288,61 @@ export function pruneRolling(account: Account, now: number): boolean {
   return dropped > 0 || droppedHolds;
 }
 
+/** Add a hold admitted by `fits` (so `spent + reserved` stays <= the limit, an exact sum). */
 export function addHold(account: Account, hold: Hold): void {
   account.holds.set(hold.reservationId, hold);
   account.reservedMicros += hold.micros;
 }
 
-/** Settle a hold at `actualMicros` (refund or extra charge). Returns false if it was not held here. */
-export function settleHold(account: Account, reservationId: string, actualMicros: number): boolean {
+/**
+ * The hold of `reservationId` if it still counts at `now`. A rolling hold dated `rollingMs` or more
+ * ago has left the window: it is dropped here as `pruneRolling` would drop it, and is not held.
+ */
+function heldAt(account: Account, reservationId: string, now: number): Hold | undefined {
   const hold = account.holds.get(reservationId);
+  if (hold === undefined) return undefined;
+  if (account.rollingMs !== undefined && hold.at <= now - account.rollingMs) {
+    account.holds.delete(reservationId);
+    account.reservedMicros -= hold.micros;
+    return undefined;
+  }
+  return hold;
+}
+
+/**
+ * Throw `InvalidCostError` (changing nothing but dropping a hold that left its window) if settling
+ * `reservationId` at `actualMicros` would take `spent + reserved` past the exact range. Call it on
+ * every account a reservation holds before settling any, so a settle changes all or none.
+ */
+export function checkCharge(
+  account: Account,
+  reservationId: string,
+  actualMicros: number,
+  now: number,
+): void {
+  const hold = heldAt(account, reservationId, now);
+  if (hold === undefined) return;
+  // spent + reserved is exact (the invariant, see money.ts) and so is removing the hold from it;
+  // adding the actual cost, which may exceed the estimate by any amount, is the step to check.
+  addMicros(
+    account.spentMicros + account.reservedMicros - hold.micros,
+    actualMicros,
+    `Settling reservation ${reservationId} on budget \`${account.budgetId}\` (spent + reserved, then the actual cost)`,
+  );
+}
+
+/**
+ * Settle a hold at `actualMicros` (refund or extra charge); `checkCharge` must have passed. Returns
+ * false if it was not held here at `now` (unknown, or a rolling hold that left the window): then
+ * nothing is charged.
+ */
+export function settleHold(
+  account: Account,
+  reservationId: string,
+  actualMicros: number,
+  now: number,
+): boolean {
+  const hold = heldAt(account, reservationId, now);
   if (hold === undefined) return false;
   account.holds.delete(reservationId);
   account.reservedMicros -= hold.micros;
@@ -296,13 +352,19 @@ export function settleHold(account: Account, reservationId: string, actualMicros
   return true;
 }
 
-/** Return a hold unspent (the call was never sent). Returns false if it was not held here. */
-export function releaseHold(account: Account, reservationId: string): boolean {
-  const hold = account.holds.get(reservationId);
+/** Return a hold unspent (the call was never sent). Returns false if it was not held here at `now`. */
+export function releaseHold(account: Account, reservationId: string, now: number): boolean {
+  const hold = heldAt(account, reservationId, now);
   if (hold === undefined) return false;
   account.holds.delete(reservationId);
   account.reservedMicros -= hold.micros;
   return true;
+}
+
+/** Forget an account's holds: its window was dropped, so settling them must find nothing. */
+export function dropHolds(account: Account): void {
+  account.holds.clear();
+  account.reservedMicros = 0;
 }
 
 // Settles arrive nearly in `at` order: search from the end.

@@ -127,7 +127,9 @@ function headerValue(headers: HeadersLike, name: string): string | undefined {
 
 /**
  * The actual cost from a response header that carries a price in major units (e.g.
- * `x-request-cost: 0.0042`, or `$0.0042`). No header: undefined (the estimate stands).
+ * `x-request-cost: 0.0042`, or `$0.0042`). No header, or one that does not read as an amount
+ * (`0,0042`, `n/a`): undefined, so the estimate stands. The response is already paid for: an
+ * unreadable header must not fail the call, and must never be guessed at.
  */
 export function priceFromHeader(
   name: string,
@@ -137,7 +139,13 @@ export function priceFromHeader(
   return (response) => {
     const value = headerValue(response.headers, name);
     if (value === undefined || value.trim() === '') return undefined;
-    return value.trim();
+    const text = value.trim();
+    try {
+      parseMoney(name, text, 'up');
+    } catch {
+      return undefined;
+    }
+    return text;
   };
 }
 

@@ -33,6 +33,7 @@ import type {
   LedgerWindow,
 } from './ledger.js';
 import { ROLLING_WINDOW_START, windowKey } from './ledger.js';
+import { addMicros } from './money.js';
 
 /** Schema version written to `PRAGMA user_version`. Bump with a migration when the schema changes. */
 export const LEDGER_SCHEMA_VERSION = 1;
@@ -138,6 +139,8 @@ interface HoldRow {
 
 type Stmt<P extends unknown[], R = unknown> = BetterSqlite3.Statement<P, R>;
 
+const fileLedgerOptionKeys: readonly string[] = ['path', 'busyTimeoutMs', 'synchronous'];
+
 /** A ledger in a SQLite file shared by processes on one machine. Construct with `new FileLedger(options)`. */
 export class FileLedger implements Ledger {
   /** The absolute path of the ledger file. */
@@ -170,7 +173,13 @@ export class FileLedger implements Ledger {
   };
 
   constructor(options: FileLedgerOptions = {}) {
-    plainObject('ledger', options);
+    const o = plainObject('ledger', options);
+    // A misspelt key (`pth`) would otherwise open the default file and record spend there.
+    for (const key of Object.keys(o)) {
+      if (!fileLedgerOptionKeys.includes(key)) {
+        throw invalid(`ledger.${key}`, `not set (known: ${fileLedgerOptionKeys.join(', ')})`, o[key]);
+      }
+    }
     const path = options.path ?? defaultLedgerPath();
     if (typeof path !== 'string' || path.length === 0) throw invalid('ledger.path', 'a file path', path);
     const busyTimeoutMs = integer('ledger.busyTimeoutMs', options.busyTimeoutMs ?? 5000, 0);
@@ -370,13 +379,38 @@ export class FileLedger implements Ledger {
 
   // actualMicros undefined: release.
   private readonly applyTx = this.lazyTx(
-    (reservationId: string, actualMicros: number | undefined, _now: number): LedgerSettleResult => {
+    (reservationId: string, actualMicros: number | undefined, now: number): LedgerSettleResult => {
       const s = this.s;
       const holds = s.holdsOf.all(reservationId);
       if (holds.length === 0) return { found: false, totals: [] };
+      const live: HoldRow[] = [];
+      for (const hold of holds) {
+        // Rolling (end - start is rollingMs): a hold dated rollingMs or more ago has left the window.
+        // Pruning is lazy here, so drop it now as pruning would: it is not held, nothing is charged.
+        if (
+          hold.window_start === ROLLING_WINDOW_START &&
+          hold.at <= now - (hold.window_end - hold.window_start)
+        ) {
+          s.subtract.run(0, hold.micros, hold.budget_id, hold.window_start, hold.window_end);
+          continue;
+        }
+        if (actualMicros !== undefined) {
+          // Every budget before any change: spent + reserved is exact (the invariant, see money.ts),
+          // and the actual cost may exceed the estimate by any amount.
+          const row = s.getWindow.get(hold.budget_id, hold.window_start, hold.window_end);
+          if (row !== undefined) {
+            addMicros(
+              row.s + row.r - hold.micros,
+              actualMicros,
+              `Settling reservation ${reservationId} on budget \`${hold.budget_id}\` (spent + reserved, then the actual cost)`,
+            );
+          }
+        }
+        live.push(hold);
+      }
       s.deleteHolds.run(reservationId);
       const totals: LedgerTotals[] = [];
-      for (const hold of holds) {
+      for (const hold of live) {
         const after = s.applyHold.get(
           hold.micros,
           actualMicros ?? 0,
@@ -396,7 +430,8 @@ export class FileLedger implements Ledger {
           limitMicros: after.l,
         });
       }
-      return { found: true, totals };
+      // Found only if some window still held it (not one dropped or left behind by a rolling window).
+      return { found: totals.length > 0, totals };
     },
   );
 

@@ -2,6 +2,8 @@ import { StoreUnavailableError } from '../errors.js';
 import {
   type Account,
   addHold,
+  checkCharge,
+  dropHolds,
   fits,
   type LogEntry,
   newAccount,
@@ -59,28 +61,31 @@ export class MemoryLedger implements Ledger {
     return { ok: true, reservationId, totals };
   }
 
-  settle(reservationId: string, actualMicros: number, _now: number): LedgerSettleResult {
+  settle(reservationId: string, actualMicros: number, now: number): LedgerSettleResult {
     this.checkOpen();
     const held = this.reservations.get(reservationId);
     if (held === undefined) return { found: false, totals: [] };
+    // Every budget first: a charge past the exact range on one changes none.
+    for (const account of held) checkCharge(account, reservationId, actualMicros, now);
     this.reservations.delete(reservationId);
     const totals: LedgerTotals[] = [];
     for (const account of held) {
-      if (settleHold(account, reservationId, actualMicros)) totals.push(totalsOf(account));
+      if (settleHold(account, reservationId, actualMicros, now)) totals.push(totalsOf(account));
     }
-    return { found: true, totals };
+    // Found only if some window still held it (not one dropped or left behind by a rolling window).
+    return { found: totals.length > 0, totals };
   }
 
-  release(reservationId: string, _now: number): LedgerSettleResult {
+  release(reservationId: string, now: number): LedgerSettleResult {
     this.checkOpen();
     const held = this.reservations.get(reservationId);
     if (held === undefined) return { found: false, totals: [] };
     this.reservations.delete(reservationId);
     const totals: LedgerTotals[] = [];
     for (const account of held) {
-      if (releaseHold(account, reservationId)) totals.push(totalsOf(account));
+      if (releaseHold(account, reservationId, now)) totals.push(totalsOf(account));
     }
-    return { found: true, totals };
+    return { found: totals.length > 0, totals };
   }
 
   snapshot(now: number): LedgerWindow[] {
@@ -131,9 +136,12 @@ export class MemoryLedger implements Ledger {
     const account = newAccount(entry.budgetId, start, end, entry.rollingMs, entry.limitMicros);
     // A new calendar window: keep the previous one (a settle may still arrive for it) and drop older
     // ones. Rolling accounts of another length are dropped too (the budget's period changed).
-    const kept = list.filter(
-      (a) => a.rollingMs === undefined && entry.rollingMs === undefined && a.windowEnd >= start,
-    );
+    const kept: Account[] = [];
+    for (const a of list) {
+      if (a.rollingMs === undefined && entry.rollingMs === undefined && a.windowEnd >= start) kept.push(a);
+      // Reservations may still point at a dropped account: with no holds, settling them finds nothing.
+      else dropHolds(a);
+    }
     kept.push(account);
     this.accounts.set(entry.budgetId, kept);
     return account;

@@ -7,6 +7,12 @@
  * any budget. A number is what SQLite (better-sqlite3) returns for an INTEGER, serializes to JSON,
  * and compares with `<` on the hot path without conversions. Every sum that could leave the safe
  * range is checked (`addMicros`), so an overflow is an error, never a silent loss of precision.
+ * In a ledger the sums are a window's `spent + reserved`, kept a safe integer as an invariant:
+ * admission already bounds it by the limit (<= MAX_MICROS), releases and pruning only lower it, and
+ * the one step that can raise it past the limit, a settle charging more than the estimate, is
+ * checked with `addMicros` before anything changes (`checkCharge` in budget.ts, the file ledger's
+ * settle). Every total derived from them (spent plus expired holds, the snapshot's remaining, a
+ * rolling log's sum) is then a part of an exact sum and needs no check of its own.
  *
  * Amounts come in as numbers in major units (`1.5` = $1.50), strings (`'$1.50'`, `'1.5 usd'`,
  * `'2 EUR'`) or `{ micros }`. A number is read through its shortest decimal representation
@@ -64,11 +70,18 @@ export function normalizeCurrency(option: string, value: unknown): string {
   return value.toLowerCase();
 }
 
-/** Checked addition: the sum must stay a safe integer (so it is still exact). */
-export function addMicros(a: number, b: number): number {
+/**
+ * Checked addition of two amounts in micros (safe integers): the sum must stay a safe integer, so it
+ * is still exact. Otherwise throws `InvalidCostError` whose message starts with `what`.
+ */
+export function addMicros(a: number, b: number, what = 'A sum of money'): number {
   const sum = a + b;
   if (!Number.isSafeInteger(sum)) {
-    throw new RangeError(`Money overflow: ${a} + ${b} micros leaves the exact (safe integer) range`);
+    throw new InvalidCostError(
+      `${what} overflows: ${a} + ${b} micros passes ${MAX_MICROS} micros (about 9 billion units), ` +
+        'the largest amount counted exactly',
+      'micros',
+    );
   }
   return sum;
 }
@@ -141,6 +154,12 @@ export interface ParsedMoney {
 
 const moneyText = /^\s*(\$)?\s*([0-9][0-9_,]*(?:\.[0-9_]*)?|\.[0-9_]+)\s*([a-zA-Z]{3})?\s*$/;
 
+// A comma is a thousands separator only where one stands: after a leading group of 1-3 digits that
+// does not start with 0, then groups of exactly 3 ('1,000', '12,345.67'). Any other comma ('0,5',
+// '1,00', '1,0000', '0,042') is refused rather than dropped: in much of the world it is the decimal
+// mark, and dropping it would read '0,5' as 5 and '0,0042' as 42.
+const groupedInteger = /^[1-9][0-9]{0,2}(?:,[0-9]{3})+$/;
+
 /**
  * Parse an amount. Throws `InvalidOptionError` naming `option` (e.g. `budget.limit`) when it is not a
  * finite, non-negative amount in a known currency, or has more than 6 decimals with `'exact'`.
@@ -165,7 +184,17 @@ export function parseMoney(option: string, value: unknown, rounding: Rounding = 
     }
     if (dollarSign && code !== undefined && code !== 'usd') throw invalid(option, expected, value);
     // Separators people type ('1,000.50', '1_000') are dropped; the dot is the only decimal mark.
-    const d = parseDecimal((m[2] ?? '').replace(/[_,]/g, ''));
+    const number = m[2] ?? '';
+    const dot = number.indexOf('.');
+    const integerPart = dot === -1 ? number : number.slice(0, dot);
+    if (integerPart.includes(',') && !groupedInteger.test(integerPart)) {
+      throw invalid(
+        option,
+        `${expected}; a comma only as a thousands separator (\`1,000.50\`), the decimal mark is \`.\``,
+        value,
+      );
+    }
+    const d = parseDecimal(number.replace(/[_,]/g, ''));
     const micros = d === undefined ? undefined : decimalToMicros(d, rounding);
     if (micros === undefined || micros > BigInt(MAX_MICROS)) throw invalid(option, expected, value);
     return { micros: Number(micros), currency: dollarSign ? 'usd' : code };

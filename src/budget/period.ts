@@ -46,7 +46,13 @@ export function normalizeTimeZone(option: string, value: unknown): string {
   }
 }
 
-/** Validate a period option (`option` names it in errors, e.g. `budgets[0].period`). */
+const periodKeys: readonly string[] = ['rollingMs', 'calendar', 'timeZone'];
+
+/**
+ * Validate a period option (`option` names it in errors, e.g. `budgets[0].period`). An object
+ * period takes only `rollingMs`, or `calendar` with an optional `timeZone`; any other key, or
+ * `rollingMs` with either of the others, is an `InvalidOptionError`.
+ */
 export function normalizePeriod(
   option: string,
   value: unknown,
@@ -68,8 +74,24 @@ export function normalizePeriod(
     };
   }
   if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
-    const v = value as { rollingMs?: unknown; calendar?: unknown; timeZone?: unknown };
+    const v = value as { rollingMs?: unknown; calendar?: unknown; timeZone?: unknown } & Record<
+      string,
+      unknown
+    >;
+    // A misspelt key (`timezone`) would otherwise be ignored and the period silently run in UTC.
+    for (const key of Object.keys(v)) {
+      if (!periodKeys.includes(key)) {
+        throw invalid(`${option}.${key}`, `not set (known: ${periodKeys.join(', ')})`, v[key]);
+      }
+    }
     if (v.rollingMs !== undefined) {
+      // A rolling window has no calendar and no zone: either key means the spec is two periods.
+      if (v.calendar !== undefined) {
+        throw invalid(`${option}.calendar`, 'unset when `rollingMs` is set', v.calendar);
+      }
+      if (v.timeZone !== undefined) {
+        throw invalid(`${option}.timeZone`, 'unset when `rollingMs` is set', v.timeZone);
+      }
       const ms = v.rollingMs;
       if (typeof ms !== 'number' || !Number.isSafeInteger(ms) || ms < 1) {
         throw invalid(`${option}.rollingMs`, 'an integer >= 1', ms);

@@ -5,6 +5,7 @@ import {
   type BudgetSpend,
   BudgetWindows,
   decisionOf,
+  missingMethods,
   reservationRequest,
   spendFromSnapshot,
 } from '../budget/budget-guard.js';
@@ -52,9 +53,14 @@ export class AsyncBudgetGuard {
     this.budgets = normalizeBudgets(o['budgets']);
     this.currency = this.budgets[0]!.currency;
     this.reservationTtlMs = integer('reservationTtlMs', o['reservationTtlMs'] ?? 900_000, 1);
-    const ledger = o['ledger'] as Partial<AsyncLedger> | undefined;
-    if (typeof ledger?.reserve !== 'function' || typeof ledger.settle !== 'function')
+    const ledger = o['ledger'];
+    if (typeof ledger !== 'object' || ledger === null)
       throw invalid('ledger', 'an AsyncLedger (a RedisLedger)', ledger);
+    // Every method this guard calls (it never resets or closes the ledger), checked now rather
+    // than as a TypeError on the first release.
+    const missing = missingMethods(ledger, ['reserve', 'settle', 'release', 'snapshot']);
+    if (missing.length > 0)
+      throw invalid('ledger', `an AsyncLedger (a RedisLedger; missing method ${missing.join(', ')})`, ledger);
     this.ledger = ledger as AsyncLedger;
     const clock = o['clock'] ?? systemClock;
     if (typeof (clock as Clock | null)?.now !== 'function')

@@ -1,4 +1,7 @@
-import { describe, expect, it } from 'vitest';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   type BudgetGuardOptions,
   createBudgetGuard,
@@ -351,6 +354,37 @@ describe('options are validated at construction', () => {
     ['bad onExceeded', { onExceeded: 'panic' }, /`onExceeded`/],
     ['bad ttl', { reservationTtlMs: 0 }, /`reservationTtlMs`/],
     ['bad ledger', { ledger: 'redis' }, /`ledger`/],
+    [
+      'decimal comma in the limit',
+      { budgets: { limit: '0,5 EUR', period: 'day' } },
+      /`budget.limit`.*thousands separator.*"0,5 EUR"/,
+    ],
+    [
+      'misspelt period key',
+      { budgets: { limit: 1, period: { calendar: 'day', timezone: 'Europe/Berlin' } } },
+      /`budget.period.timezone` to be not set \(known: rollingMs, calendar, timeZone\), got `"Europe\/Berlin"`/,
+    ],
+    [
+      'rolling and calendar period at once',
+      { budgets: { limit: 1, period: { rollingMs: 3_600_000, calendar: 'day' } } },
+      /`budget.period.calendar` to be unset when `rollingMs` is set, got `"day"`/,
+    ],
+    [
+      'rolling period with its own time zone',
+      { budgets: { limit: 1, period: { rollingMs: 3_600_000, timeZone: 'Europe/Berlin' } } },
+      /`budget.period.timeZone`.*`"Europe\/Berlin"`/,
+    ],
+    [
+      'a time zone on the budget and on its period',
+      {
+        budgets: {
+          limit: 1,
+          period: { calendar: 'day', timeZone: 'Europe/Berlin' },
+          timeZone: 'America/New_York',
+        },
+      },
+      /`budget.timeZone` to be unset when `budget.period.timeZone` is set, got `"America\/New_York"`/,
+    ],
     ['bad clock', { clock: {} }, /`clock`/],
     ['bad listener', { onThreshold: 'yes' }, /`onThreshold`/],
   ];
@@ -380,6 +414,89 @@ describe('options are validated at construction', () => {
     });
     expect(Object.isFrozen(guard.budgets[0])).toBe(true);
     expect(guard.onExceeded).toBe('refuse');
+  });
+});
+
+describe('a ledger option that is neither a Ledger nor file-ledger options fails at construction', () => {
+  // The default file ledger lives under the working directory: point it at a scratch directory, so
+  // a ledger option wrongly taken for file-ledger options shows up as a file there.
+  let cwd: string;
+  beforeEach(() => {
+    cwd = mkdtempSync(join(tmpdir(), 'tollgate-guard-ledger-'));
+    vi.spyOn(process, 'cwd').mockReturnValue(cwd);
+  });
+  afterEach(() => {
+    vi.restoreAllMocks();
+    rmSync(cwd, { recursive: true, force: true });
+  });
+  const budgets = { limit: 1, period: 'day' } as const;
+  const methods = () => ({
+    reserve() {},
+    settle() {},
+    release() {},
+    snapshot() {},
+    reset() {},
+    close() {},
+  });
+
+  it('a misspelt file-ledger option is named, and no default ledger file is opened', () => {
+    const make = () => createBudgetGuard({ budgets, ledger: { pth: '/tmp/x.sqlite' } as never });
+    expect(make).toThrow(InvalidOptionError);
+    expect(make).toThrow(
+      /`ledger.pth` to be not set \(known: path, busyTimeoutMs, synchronous\), got `"\/tmp\/x.sqlite"`/,
+    );
+    expect(existsSync(join(cwd, '.tollgate'))).toBe(false);
+  });
+
+  it.each([
+    ['close', /`ledger` to be a Ledger \(missing method close\(\)\)/],
+    ['release', /missing method release\(\)/],
+  ])('a custom ledger without %s() is named, not opened as a file ledger', (method, message) => {
+    const ledger: Record<string, unknown> = methods();
+    delete ledger[method];
+    const make = () => createBudgetGuard({ budgets, ledger: ledger as never });
+    expect(make).toThrow(InvalidOptionError);
+    expect(make).toThrow(message);
+    expect(existsSync(join(cwd, '.tollgate'))).toBe(false);
+  });
+
+  it('names every missing method', () => {
+    const make = () => createBudgetGuard({ budgets, ledger: { reserve() {}, settle() {} } as never });
+    expect(make).toThrow(/missing method release\(\), snapshot\(\), reset\(\), close\(\)/);
+  });
+
+  it('a ledger with every method (own or inherited) is used as given', () => {
+    const ledger = new MemoryLedger();
+    expect(createBudgetGuard({ budgets, ledger }).ledger).toBe(ledger);
+  });
+});
+
+describe('money past the exact range fails loudly', () => {
+  const MAX = Number.MAX_SAFE_INTEGER;
+
+  it('a settle that would take spend past 2^53 micros throws and changes nothing', () => {
+    const { guard } = guardWith({ budgets: { name: 'day', limit: { micros: MAX }, period: 'day' } });
+    const a = guard.reserve(0);
+    const b = guard.reserve(0);
+    expect(guard.settle(a, MAX)).toBe(true);
+    expect(() => guard.settle(b, MAX)).toThrow(InvalidCostError);
+    expect(() => guard.settle(b, MAX)).toThrow(/Settling reservation .* on budget `day`.*overflows/);
+    expect(guard.spend()[0]).toMatchObject({ spentMicros: MAX, reservedMicros: 0 });
+    // Still held, so it can still be settled within range (or released).
+    expect(guard.settle(b, 0)).toBe(true);
+    expect(guard.spend()[0]).toMatchObject({ spentMicros: MAX, reservedMicros: 0 });
+  });
+
+  it('a rolling budget never ends at a negative or rounded spend', () => {
+    const { guard, clock } = guardWith({
+      budgets: { name: 'hour', limit: { micros: MAX }, period: { rollingMs: 3_600_000 } },
+    });
+    const ids = [guard.reserve(0), guard.reserve(0), guard.reserve(0)];
+    guard.settle(ids[0]!, MAX);
+    expect(() => guard.settle(ids[1]!, MAX)).toThrow(InvalidCostError);
+    expect(() => guard.settle(ids[2]!, MAX - 1)).toThrow(InvalidCostError);
+    clock.advance(3_600_000);
+    expect(guard.spend()[0]).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
   });
 });
 

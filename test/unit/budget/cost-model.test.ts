@@ -55,6 +55,23 @@ describe('reading the actual cost from a response', () => {
     expect(read({ headers: {} })).toBeUndefined();
   });
 
+  it('priceFromHeader reads a header that is not an amount as no answer', () => {
+    const read = priceFromHeader('x-request-cost');
+    for (const value of ['0,0042', '0,5', '1,00', 'n/a', '-1']) {
+      expect(read({ headers: { 'x-request-cost': value } })).toBeUndefined();
+    }
+    expect(read({ headers: { 'x-request-cost': '1,000.5' } })).toBe('1,000.5');
+  });
+
+  it('a cost header with a decimal comma leaves the estimate standing', () => {
+    const model = createCostModel<unknown, { headers: Record<string, string> }>({
+      estimate: '$0.01',
+      actual: priceFromHeader('x-request-cost'),
+    });
+    expect(model.actualMicros({ headers: { 'x-request-cost': '0,0042' } }, undefined, 10_000)).toBe(10_000);
+    expect(model.actualMicros({ headers: { 'x-request-cost': '0.0042' } }, undefined, 10_000)).toBe(4_200);
+  });
+
   it('readUsage understands OpenAI, Anthropic and Gemini bodies', () => {
     expect(readUsage({ usage: { prompt_tokens: 10, completion_tokens: 5 } })).toEqual({
       inputTokens: 10,

@@ -3,11 +3,11 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, w
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { LedgerCorruptError } from '../../../src/budget/errors.js';
 import { defaultLedgerPath, FileLedger, LEDGER_SCHEMA_VERSION } from '../../../src/budget/file-ledger.js';
 import type { LedgerEntry } from '../../../src/budget/ledger.js';
-import { isTollgateError } from '../../../src/errors.js';
+import { InvalidCostError, InvalidOptionError, isTollgateError } from '../../../src/errors.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'tollgate-file-ledger-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -201,5 +201,68 @@ describe('FileLedger', () => {
     db.close();
     expect(rows).toBeLessThanOrEqual(110);
     expect(existsSync(path)).toBe(true);
+  });
+});
+
+describe('FileLedger options', () => {
+  it.each([
+    [
+      { pth: '/tmp/x.sqlite' },
+      /`ledger.pth` to be not set \(known: path, busyTimeoutMs, synchronous\), got `"\/tmp\/x.sqlite"`/,
+    ],
+    [{ path: fresh(), busy: 10 }, /`ledger.busy`.*`10`/],
+  ])('an unknown option key fails at construction, naming it: %j', (options, message) => {
+    // Where the default file would be opened if the key were ignored.
+    const cwd = mkdtempSync(join(dir, 'cwd-'));
+    vi.spyOn(process, 'cwd').mockReturnValue(cwd);
+    try {
+      const make = () => new FileLedger(options as never).close();
+      expect(make).toThrow(InvalidOptionError);
+      expect(make).toThrow(message);
+      expect(existsSync(join(cwd, '.tollgate'))).toBe(false);
+    } finally {
+      vi.restoreAllMocks();
+    }
+  });
+});
+
+describe('FileLedger settle', () => {
+  const MAX = Number.MAX_SAFE_INTEGER;
+  const reserveOk = (ledger: FileLedger, entries: LedgerEntry[], now: number): string => {
+    const r = ledger.reserve(entries, now);
+    if (!r.ok) throw new Error(`expected admission, got ${JSON.stringify(r)}`);
+    return r.reservationId;
+  };
+
+  it('a settle that would take spend past 2^53 micros throws and changes no budget', () => {
+    const ledger = new FileLedger({ path: fresh() });
+    try {
+      const big = entry({ budgetId: 'big', limitMicros: MAX, estimateMicros: 0 });
+      const small = entry({ budgetId: 'small', limitMicros: MAX, estimateMicros: 0 });
+      ledger.settle(reserveOk(ledger, [big], 10), MAX - 5, 11);
+      const both = reserveOk(ledger, [small, big], 12);
+      expect(() => ledger.settle(both, 6, 13)).toThrow(InvalidCostError);
+      expect(() => ledger.settle(both, 6, 13)).toThrow(/on budget `big`.*overflows/);
+      expect(ledger.snapshot(14).map((w) => [w.budgetId, w.spentMicros, w.reservedMicros])).toEqual([
+        ['big', MAX - 5, 0],
+        ['small', 0, 0],
+      ]);
+      expect(ledger.settle(both, 5, 15).found).toBe(true);
+      expect(ledger.snapshot(16).map((w) => w.spentMicros)).toEqual([MAX, 5]);
+    } finally {
+      ledger.close();
+    }
+  });
+
+  it('settling a rolling hold older than the window finds nothing, even before a prune ran', () => {
+    const ledger = new FileLedger({ path: fresh() });
+    try {
+      const roll = entry({ budgetId: 'roll', windowStart: -60_000, windowEnd: 0, rollingMs: 60_000 });
+      const id = reserveOk(ledger, [roll], 0);
+      expect(ledger.settle(id, 500_000, 60_000)).toEqual({ found: false, totals: [] });
+      expect(ledger.snapshot(60_000)[0]).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
+    } finally {
+      ledger.close();
+    }
   });
 });

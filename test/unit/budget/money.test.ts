@@ -73,7 +73,11 @@ describe('summing micros is exact where floats drift', () => {
   });
 
   it('a sum that leaves the safe-integer range throws instead of losing precision', () => {
-    expect(() => addMicros(Number.MAX_SAFE_INTEGER, 1)).toThrow(RangeError);
+    expect(() => addMicros(Number.MAX_SAFE_INTEGER, 1)).toThrow(InvalidCostError);
+    expect(() => addMicros(Number.MAX_SAFE_INTEGER, 1, 'Settling r1')).toThrow(
+      /^Settling r1 overflows: 9007199254740991 \+ 1 micros/,
+    );
+    expect(addMicros(Number.MAX_SAFE_INTEGER - 1, 1)).toBe(Number.MAX_SAFE_INTEGER);
   });
 });
 
@@ -121,6 +125,40 @@ describe('parseMoney', () => {
     })();
     expect(error).toBeInstanceOf(InvalidOptionError);
     expect((error as InvalidOptionError).message).toMatch(/Expected `budget\.limit(\.micros)?` to be/);
+  });
+
+  it.each([
+    ['1,000', 1_000_000_000],
+    ['12,345.67', 12_345_670_000],
+    ['$1,000,000.50', 1_000_000_500_000],
+    ['999,999 eur', 999_999_000_000],
+  ])('reads a comma as a thousands separator where one stands: %j', (text, micros) => {
+    expect(parseMoney('limit', text).micros).toBe(micros);
+  });
+
+  it.each([
+    ['0,5 EUR'],
+    ['0,0042'],
+    ['0,042'],
+    ['1,00'],
+    ['1,0000'],
+    ['1,000,00'],
+    ['12,34.5'],
+    ['1234,567'],
+    ['1,,000'],
+    ['1,000,'],
+  ])('refuses a comma anywhere else (a decimal comma is never dropped): %j', (text) => {
+    const make = () => parseMoney('budget.limit', text);
+    expect(make).toThrow(InvalidOptionError);
+    expect(make).toThrow(/Expected `budget\.limit` to be .*thousands separator/);
+    expect(make).toThrow(JSON.stringify(text));
+  });
+
+  it('a price with a decimal comma is an InvalidCostError naming the field, not 1000 times the price', () => {
+    expect(() => costToMicros('0,0042', 'costModel.actual result', 'usd')).toThrow(InvalidCostError);
+    expect(() => costToMicros('0,0042', 'costModel.actual result', 'usd')).toThrow(
+      /`costModel\.actual result`.*"0,0042"/,
+    );
   });
 
   it('names an unknown currency in the message', () => {

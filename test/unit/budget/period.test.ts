@@ -258,6 +258,20 @@ describe('period options', () => {
       /Expected `budget.period.timeZone` to be an IANA time zone/,
     ],
     [42, /budget.period/],
+    // A misspelt key would otherwise leave a UTC day; a second period kind, a rolling window.
+    [
+      { calendar: 'day', timezone: 'Europe/Berlin' },
+      /Expected `budget.period.timezone` to be not set \(known: rollingMs, calendar, timeZone\), got `"Europe\/Berlin"`/,
+    ],
+    [{ rollingMs: 3_600_000, every: 'day' }, /`budget.period.every`.*`"day"`/],
+    [
+      { rollingMs: 3_600_000, calendar: 'day' },
+      /Expected `budget.period.calendar` to be unset when `rollingMs` is set, got `"day"`/,
+    ],
+    [
+      { rollingMs: 3_600_000, timeZone: 'UTC' },
+      /Expected `budget.period.timeZone` to be unset when `rollingMs` is set, got `"UTC"`/,
+    ],
   ])('reject %j', (value, message) => {
     expect(() => normalizePeriod('budget.period', value)).toThrow(InvalidOptionError);
     expect(() => normalizePeriod('budget.period', value)).toThrow(message);
