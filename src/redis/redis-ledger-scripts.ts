@@ -65,7 +65,7 @@ local function pruneRolling(wid, rm, now)
   end
   if spent ~= 0 then
     redis.call('ZREMRANGEBYSCORE', P .. ':g:' .. wid, '-inf', fmt(cutoff))
-    redis.call('HINCRBY', w, 's', fmt(-spent))
+    redis.call('HINCRBY', w, 's', fmt(0 - spent))
   end
   local h = P .. ':h:' .. wid
   local holds = redis.call('HGETALL', h)
@@ -77,7 +77,7 @@ local function pruneRolling(wid, rm, now)
       reserved = reserved + tonumber(micros)
     end
   end
-  if reserved ~= 0 then redis.call('HINCRBY', w, 'r', fmt(-reserved)) end
+  if reserved ~= 0 then redis.call('HINCRBY', w, 'r', fmt(0 - reserved)) end
 end
 
 -- Holds past expiresAt: reported as spent (their process may have died after sending).
@@ -231,7 +231,8 @@ return reply
 /**
  * Settle (ARGV[3] = actual micros) or release (ARGV[3] = '') a reservation.
  * KEYS: the ledger tag key. ARGV: now, reservation id, actual.
- * Reply: {found (0/1), (budgetId, spent, reserved, limit)...}.
+ * Reply: {found (0/1), (budgetId, spent, reserved, limit)...}, or {-1, budgetId}: the actual cost
+ * would take that budget's spent + reserved past 2^53 - 1 micros; nothing changed.
  */
 export const LEDGER_SETTLE_LUA = `${LEDGER_LUA}
 local now = tonumber(ARGV[1])
@@ -240,17 +241,34 @@ local actual = nil
 if ARGV[3] ~= '' then actual = tonumber(ARGV[3]) end
 local rec = redis.call('GET', P .. ':r:' .. id)
 if not rec then return { 0 } end
+-- Every window first: a charge that would take spent + reserved past 2^53 - 1 (the exact range,
+-- see money.ts) changes none of them; the client throws InvalidCostError.
+if actual then
+  for wid in string.gmatch(rec, '%S+') do
+    local hold = redis.call('HGET', P .. ':h:' .. wid, id)
+    local win = windowOf(wid)
+    if hold and win then
+      local micros = tonumber(string.match(hold, '(%S+) '))
+      if win.s + win.r - micros + actual > 9007199254740991 then return { -1, win.id } end
+    end
+  end
+end
 redis.call('DEL', P .. ':r:' .. id)
 local reply = { 1 }
 for wid in string.gmatch(rec, '%S+') do
   local h = P .. ':h:' .. wid
   local hold = redis.call('HGET', h, id)
   local win = windowOf(wid)
-  if hold and win then
-    local micros, at = string.match(hold, '(%S+) (%S+)')
+  local micros, at = nil, nil
+  if hold then micros, at = string.match(hold, '(%S+) (%S+)') end
+  if hold and win and win.rm and tonumber(at) <= now - win.rm then
+    -- A rolling hold that has left the window: dropped as pruneRolling drops it, not charged.
+    redis.call('HDEL', h, id)
+    redis.call('HINCRBY', P .. ':w:' .. wid, 'r', fmt(0 - tonumber(micros)))
+  elseif hold and win then
     redis.call('HDEL', h, id)
     local w = P .. ':w:' .. wid
-    local r = redis.call('HINCRBY', w, 'r', fmt(-tonumber(micros)))
+    local r = redis.call('HINCRBY', w, 'r', fmt(0 - tonumber(micros)))
     local s = win.s
     if actual then
       s = redis.call('HINCRBY', w, 's', fmt(actual))
@@ -264,6 +282,8 @@ for wid in string.gmatch(rec, '%S+') do
     reply[#reply + 1] = fmt(win.l)
   end
 end
+-- Found only if some window still held it (not one dropped, or left behind by a rolling window).
+if #reply == 1 then reply[1] = 0 end
 return reply
 `;
 

@@ -6,7 +6,7 @@ import type {
   LedgerWindow,
 } from '../budget/ledger.js';
 import { windowKey } from '../budget/ledger.js';
-import { StoreUnavailableError } from '../errors.js';
+import { InvalidCostError, StoreUnavailableError } from '../errors.js';
 import { integer, invalid, nonEmptyString, plainObject } from '../validate.js';
 import type { AsyncLedger } from './async-ledger.js';
 import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
@@ -174,6 +174,14 @@ export class RedisLedger implements AsyncLedger {
       reservationId,
       actual,
     ])) as (string | number)[];
+    if (reply[0] === -1) {
+      // As the memory and file ledgers' addMicros: an actual cost past the exact range.
+      throw new InvalidCostError(
+        `Settling reservation ${reservationId} on budget \`${String(reply[1])}\` overflows: spent + reserved ` +
+          `plus the actual cost ${actual} micros passes ${Number.MAX_SAFE_INTEGER} micros, the largest amount counted exactly`,
+        'micros',
+      );
+    }
     if (reply[0] !== 1) return { found: false, totals: [] };
     return { found: true, totals: totals(reply, 1) };
   }

@@ -202,6 +202,55 @@ function cases(makeLedger: () => AnyLedger, mode: 'sync' | 'async'): void {
     expect(await only(ledger, 600)).toMatchObject({ spentMicros: 200_000, reservedMicros: 0 });
   });
 
+  it('a reservation of 0 micros settles and releases like any other', async () => {
+    const ledger = make();
+    const settled = await reserveOk(ledger, [day({ estimateMicros: 0 })], 10);
+    expect(await ledger.settle(settled, 30_000, 11)).toMatchObject({ found: true });
+    const released = await reserveOk(
+      ledger,
+      [day({ estimateMicros: 0 }), rolling(12, { estimateMicros: 0 })],
+      12,
+    );
+    expect(await ledger.release(released, 13)).toMatchObject({ found: true });
+    expect(await only(ledger, 14)).toMatchObject({ spentMicros: 30_000, reservedMicros: 0 });
+  });
+
+  it('settling a rolling hold older than the window finds nothing and charges nothing', async () => {
+    const ledger = make();
+    const id = await reserveOk(ledger, [rolling(0)], 0);
+    expect(await ledger.settle(id, 500_000, 60_000)).toEqual({ found: false, totals: [] });
+    expect(await only(ledger, 60_000, 'roll')).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
+  });
+
+  it('a reservation in a calendar window two periods back is not found (the window was dropped)', async () => {
+    const ledger = make();
+    const id = await reserveOk(ledger, [day()], 10);
+    await reserveOk(ledger, [day({ windowStart: DAY, windowEnd: 2 * DAY })], DAY + 10);
+    await reserveOk(ledger, [day({ windowStart: 2 * DAY, windowEnd: 3 * DAY })], 2 * DAY + 10);
+    expect(await ledger.settle(id, 500_000, 2 * DAY + 11)).toEqual({ found: false, totals: [] });
+    expect(await only(ledger, 2 * DAY + 12)).toMatchObject({ spentMicros: 0, reservedMicros: 100_000 });
+  });
+
+  it('a settle that would take spend past 2^53 - 1 micros throws InvalidCostError and changes no budget', async () => {
+    const ledger = make();
+    const MAX = Number.MAX_SAFE_INTEGER;
+    const big = day({ budgetId: 'big', limitMicros: MAX, estimateMicros: 0 });
+    const small = day({ budgetId: 'small', limitMicros: MAX, estimateMicros: 0 });
+    await ledger.settle(await reserveOk(ledger, [big], 10), MAX - 5, 11);
+    const both = await reserveOk(ledger, [small, big], 12);
+    await expect(Promise.resolve().then(() => ledger.settle(both, 6, 13))).rejects.toMatchObject({
+      code: 'ERR_INVALID_COST',
+    });
+    const spent = async () =>
+      (await ledger.snapshot(14)).map((w) => [w.budgetId, w.spentMicros, w.reservedMicros]);
+    expect(await spent()).toEqual([
+      ['big', MAX - 5, 0],
+      ['small', 0, 0],
+    ]);
+    expect((await ledger.settle(both, 5, 15)).found).toBe(true);
+    expect((await ledger.snapshot(16)).map((w) => w.spentMicros)).toEqual([MAX, 5]);
+  });
+
   it('rolling: spend counts for rollingMs after it was reserved, then leaves the window', async () => {
     const ledger = make();
     const a = await reserveOk(ledger, [rolling(1_000, { estimateMicros: 600_000 })], 1_000);
