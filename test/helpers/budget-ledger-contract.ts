@@ -222,13 +222,44 @@ function cases(makeLedger: () => AnyLedger, mode: 'sync' | 'async'): void {
     expect(await only(ledger, 60_000, 'roll')).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
   });
 
-  it('a reservation in a calendar window two periods back is not found (the window was dropped)', async () => {
+  it.each(['settle', 'release'] as const)(
+    '%s of a rolling hold a later reserve pruned finds nothing and charges nothing',
+    async (op) => {
+      const ledger = make();
+      const id = await reserveOk(ledger, [rolling(0)], 0);
+      // Dated 0: at 60_000 it has left the window, and this reserve prunes it.
+      await reserveOk(ledger, [rolling(60_000, { estimateMicros: 1 })], 60_000);
+      const result =
+        op === 'settle' ? await ledger.settle(id, 500_000, 60_001) : await ledger.release(id, 60_001);
+      expect(result).toEqual({ found: false, totals: [] });
+      expect(await only(ledger, 60_002, 'roll')).toMatchObject({ spentMicros: 0, reservedMicros: 1 });
+    },
+  );
+
+  it.each(['settle', 'release'] as const)(
+    '%s of a reservation in a calendar window two periods back finds nothing (the window was dropped)',
+    async (op) => {
+      const ledger = make();
+      const id = await reserveOk(ledger, [day()], 10);
+      await reserveOk(ledger, [day({ windowStart: DAY, windowEnd: 2 * DAY })], DAY + 10);
+      await reserveOk(ledger, [day({ windowStart: 2 * DAY, windowEnd: 3 * DAY })], 2 * DAY + 10);
+      const at = 2 * DAY + 11;
+      const result = op === 'settle' ? await ledger.settle(id, 500_000, at) : await ledger.release(id, at);
+      expect(result).toEqual({ found: false, totals: [] });
+      expect(await only(ledger, 2 * DAY + 12)).toMatchObject({ spentMicros: 0, reservedMicros: 100_000 });
+    },
+  );
+
+  it('a reservation is found while one of its budgets still holds it', async () => {
     const ledger = make();
-    const id = await reserveOk(ledger, [day()], 10);
+    const month = day({ budgetId: 'month', windowEnd: 31 * DAY });
+    const id = await reserveOk(ledger, [day(), month], 10);
     await reserveOk(ledger, [day({ windowStart: DAY, windowEnd: 2 * DAY })], DAY + 10);
     await reserveOk(ledger, [day({ windowStart: 2 * DAY, windowEnd: 3 * DAY })], 2 * DAY + 10);
-    expect(await ledger.settle(id, 500_000, 2 * DAY + 11)).toEqual({ found: false, totals: [] });
-    expect(await only(ledger, 2 * DAY + 12)).toMatchObject({ spentMicros: 0, reservedMicros: 100_000 });
+    expect(await ledger.settle(id, 70_000, 2 * DAY + 11)).toMatchObject({
+      found: true,
+      totals: [{ budgetId: 'month', spentMicros: 70_000, reservedMicros: 0 }],
+    });
   });
 
   it('a settle that would take spend past 2^53 - 1 micros throws InvalidCostError and changes no budget', async () => {

@@ -32,68 +32,57 @@ asyncLedgerContract(
 );
 
 describe.skipIf(skip !== false)('Redis ledger keys', () => {
+  const now = Date.now();
+  const DAY = 86_400_000;
+  const ws = Math.floor(now / DAY) * DAY;
+  /** An entry of today's window for budget `budgetId`. */
+  const entry = (budgetId: string, estimateMicros: number, limitMicros: number) => ({
+    budgetId,
+    windowStart: ws,
+    windowEnd: ws + DAY,
+    limitMicros,
+    estimateMicros,
+    expiresAt: now + 60_000,
+  });
+  const admin = skip ? undefined : new Redis(REDIS_URL);
+  const ledgers: RedisLedger[] = [];
+  afterAll(async () => {
+    for (const ledger of ledgers) await ledger.close();
+    admin?.disconnect();
+  });
+  /** A ledger of its own (its own hash tag), closed after the suite. */
+  const ledgerAt = (keyPrefix: string) => {
+    const ledger = new RedisLedger({ redis: REDIS_URL, keyPrefix });
+    ledgers.push(ledger);
+    return ledger;
+  };
+
   it('a refused reserve leaves no key without a TTL (one budget, and the second of two refused)', async () => {
     const keyPrefix = `${prefix}-ttl`;
-    const ledger = new RedisLedger({ redis: REDIS_URL, keyPrefix });
-    const admin = new Redis(REDIS_URL);
-    try {
-      const now = Date.now();
-      const day = 86_400_000;
-      const ws = Math.floor(now / day) * day;
-      const entry = (budgetId: string, estimateMicros: number, limitMicros: number) => ({
-        budgetId,
-        windowStart: ws,
-        windowEnd: ws + day,
-        limitMicros,
-        estimateMicros,
-        expiresAt: now + 60_000,
-      });
-      expect((await ledger.reserve([entry('alone', 500, 100)], now)).ok).toBe(false);
-      expect((await ledger.reserve([entry('first', 50, 100), entry('second', 500, 100)], now)).ok).toBe(
-        false,
-      );
-      const keys = await keysOfTag(admin, `{${keyPrefix}:*`);
-      expect(keys.length).toBeGreaterThan(0);
-      // PTTL -1: a key that never expires; every key of a refused reserve must.
-      const ttls = await Promise.all(keys.map(async (key) => [key, await admin.pttl(key)] as const));
-      expect(ttls.filter(([, ttl]) => ttl < 0)).toEqual([]);
-    } finally {
-      await ledger.close();
-      admin.disconnect();
-    }
+    const ledger = ledgerAt(keyPrefix);
+    expect((await ledger.reserve([entry('alone', 500, 100)], now)).ok).toBe(false);
+    expect((await ledger.reserve([entry('first', 50, 100), entry('second', 500, 100)], now)).ok).toBe(false);
+    const keys = await keysOfTag(admin!, `{${keyPrefix}:*`);
+    expect(keys.length).toBeGreaterThan(0);
+    // PTTL -1: a key that never expires; every key of a refused reserve must.
+    const ttls = await Promise.all(keys.map(async (key) => [key, await admin!.pttl(key)] as const));
+    expect(ttls.filter(([, ttl]) => ttl < 0)).toEqual([]);
   });
 
   it('after its counter expired, a new reservation never takes the id of one still held', async () => {
     const keyPrefix = `${prefix}-ids`;
-    const ledger = new RedisLedger({ redis: REDIS_URL, keyPrefix });
-    const admin = new Redis(REDIS_URL);
-    try {
-      const now = Date.now();
-      const day = 86_400_000;
-      const ws = Math.floor(now / day) * day;
-      const entry = (estimateMicros: number) => ({
-        budgetId: 'b',
-        windowStart: ws,
-        windowEnd: ws + day,
-        limitMicros: 1000,
-        estimateMicros,
-        expiresAt: now + 60_000,
-      });
-      const a = await ledger.reserve([entry(100)], now);
-      // The counter's key expires when the ledger idles an hour; here it goes at once.
-      const [seq] = await keysOfTag(admin, `{${keyPrefix}:*:seq`);
-      expect(await admin.del(seq!)).toBe(1);
-      const b = await ledger.reserve([entry(300)], now);
-      if (!a.ok || !b.ok) throw new Error('expected two reservations');
-      expect(b.reservationId).not.toBe(a.reservationId);
-      // Settling the older one settles it, not the newer one.
-      expect((await ledger.settle(a.reservationId, 50, now)).found).toBe(true);
-      const [window] = await ledger.snapshot(now);
-      expect(window).toMatchObject({ spentMicros: 50, reservedMicros: 300 });
-    } finally {
-      await ledger.close();
-      admin.disconnect();
-    }
+    const ledger = ledgerAt(keyPrefix);
+    const a = await ledger.reserve([entry('b', 100, 1000)], now);
+    // The counter's key expires when the ledger idles an hour; here it goes at once.
+    const [seq] = await keysOfTag(admin!, `{${keyPrefix}:*:seq`);
+    expect(await admin!.del(seq!)).toBe(1);
+    const b = await ledger.reserve([entry('b', 300, 1000)], now);
+    if (!a.ok || !b.ok) throw new Error('expected two reservations');
+    expect(b.reservationId).not.toBe(a.reservationId);
+    // Settling the older one settles it, not the newer one.
+    expect((await ledger.settle(a.reservationId, 50, now)).found).toBe(true);
+    const [window] = await ledger.snapshot(now);
+    expect(window).toMatchObject({ spentMicros: 50, reservedMicros: 300 });
   });
 });
 

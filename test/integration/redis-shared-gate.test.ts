@@ -18,6 +18,20 @@ const flush = async () => {
 };
 const ok = (headers: Record<string, string> = {}): Inspection => ({ status: 200, headers });
 
+/** `store`, but `reserve` and `time` throw StoreUnavailableError while `broken` is true. */
+function flakyStore(store: MemoryStore, broken: boolean) {
+  const outage = { broken, store: Object.create(store) as MemoryStore };
+  outage.store.reserve = (...args: Parameters<MemoryStore['reserve']>) => {
+    if (outage.broken) throw new StoreUnavailableError('down');
+    return store.reserve(...args);
+  };
+  outage.store.time = () => {
+    if (outage.broken) throw new StoreUnavailableError('down');
+    return store.time();
+  };
+  return outage;
+}
+
 function setup() {
   const clock = new ManualClock(T0);
   const store = new MemoryStore({ clock });
@@ -405,16 +419,8 @@ describe('shared gate on a memory store', () => {
   it('when the store goes down, calls waiting for a turn or a slot take the failure policy at once', async () => {
     const clock = new ManualClock(T0);
     const store = new MemoryStore({ clock });
-    let broken = false;
-    const flaky = Object.create(store) as MemoryStore;
-    flaky.reserve = (...args: Parameters<MemoryStore['reserve']>) => {
-      if (broken) throw new StoreUnavailableError('down');
-      return store.reserve(...args);
-    };
-    flaky.time = () => {
-      if (broken) throw new StoreUnavailableError('down');
-      return store.time();
-    };
+    const outage = flakyStore(store, false);
+    const flaky = outage.store;
     const limits = [{ algorithm: 'fixed-window' as const, limit: 1, intervalMs: 1000 }];
     const g = createSharedGate({
       store: flaky,
@@ -443,7 +449,7 @@ describe('shared gate on a memory store', () => {
     await flush();
     expect(await first).toBe('first');
     expect(outcomes).toEqual([]);
-    broken = true;
+    outage.broken = true;
     // A call of another key meets the outage first.
     note(
       'other',
@@ -457,7 +463,7 @@ describe('shared gate on a memory store', () => {
       'other StoreUnavailableError',
     ]);
     expect(g.stats()).toMatchObject({ queued: 0, inFlight: 0, storeUp: false });
-    broken = false;
+    outage.broken = false;
     clock.advance(100);
     await flush();
     expect(g.stats().storeUp).toBe(true);
@@ -466,23 +472,15 @@ describe('shared gate on a memory store', () => {
 
   it('fail-closed rejects with StoreUnavailableError while the store fails, and recovers by itself', async () => {
     const { clock, store } = setup();
-    let broken = true;
-    const flaky = Object.create(store) as MemoryStore;
-    flaky.reserve = (...args: Parameters<MemoryStore['reserve']>) => {
-      if (broken) throw new StoreUnavailableError('down');
-      return store.reserve(...args);
-    };
-    flaky.time = () => {
-      if (broken) throw new StoreUnavailableError('down');
-      return store.time();
-    };
+    const outage = flakyStore(store, true);
+    const flaky = outage.store;
     const gate = createSharedGate({ store: flaky, clock, failure: 'fail-closed', recoveryProbeMs: 100 });
     const events: string[] = [];
     gate.onStoreDown((e) => events.push(`down ${e.policy}`));
     gate.onStoreUp(() => events.push('up'));
     await expect(gate.schedule(() => 1)).rejects.toBeInstanceOf(StoreUnavailableError);
     await expect(gate.schedule(() => 1)).rejects.toBeInstanceOf(StoreUnavailableError);
-    broken = false;
+    outage.broken = false;
     clock.advance(100);
     await flush();
     expect(await gate.schedule(() => 2)).toBe(2);
