@@ -45,8 +45,10 @@ export interface BudgetSpec {
    */
   thresholds?: readonly number[];
   /**
-   * One budget per call key (e.g. per tenant or API key) instead of one for all calls. A call
-   * without a key counts against the key `''`, so unkeyed calls never bypass the cap.
+   * One budget per call key (e.g. per tenant, or per API key through `hashKey`) instead of one for
+   * all calls. A call without a key counts against the key `''`, so unkeyed calls never bypass the
+   * cap. The key is part of the budget's id (`name[key]`), which errors, events and the ledger
+   * show: key calls by a hash of a secret, never by the secret itself.
    * @default false
    */
   perKey?: boolean;
