@@ -4,15 +4,10 @@
  * for the earliest start of each cost). The span from the first start to the last is the least time
  * those limits allow; what the provider's headers added, and concurrency, are not counted.
  */
+import { unitCost } from '../gate/schedule-options.js';
 import { createLimit, type LimitCore, type LimitSpec } from '../index.js';
 
 type Cost = number | Readonly<Record<string, number>> | undefined;
-
-function unitsOf(cost: Cost, unit: string): number {
-  if (cost === undefined) return unit === 'requests' ? 1 : 0;
-  if (typeof cost === 'number') return unit === 'requests' ? cost : 0;
-  return cost[unit] ?? (unit === 'requests' ? 1 : 0);
-}
 
 interface Replay {
   states: unknown[];
@@ -50,7 +45,7 @@ export class IdealSchedule {
       replay = this.perKey.get(key) ?? { states: this.cores.map((c) => c.initial(0)), last: 0 };
       this.perKey.set(key, replay);
     }
-    const units = this.cores.map((c) => unitsOf(cost, c.unit));
+    const units = this.cores.map((c) => unitCost(cost, c.unit));
     if (units.some((u, i) => u > this.cores[i]!.capacity)) return;
     // The earliest instant every limit admits the cost at once: raise t until all agree.
     let t = replay.last;

@@ -5,6 +5,7 @@
  */
 import type { RateLimitObservation, RateLimitPolicy } from '../headers/rate-limit-observation.js';
 import type { LimitCore, LimitSpec } from './limit.js';
+import { minIntervalMs } from './normalize-limit-spec.js';
 
 export interface AdaptOptions {
   /** `'burst'`: spend `remaining` as fast as the other limits allow, then wait for the reset. `'spread'`: spread it evenly until the reset. */
@@ -125,7 +126,8 @@ export function verdictFor(
 /** A limit learned from a policy that states both its size and its window. */
 export function learnedSpec(policy: RateLimitPolicy): LimitSpec | undefined {
   if (policy.limit === undefined || policy.windowMs === undefined) return undefined;
-  if (policy.limit < 1 || policy.windowMs <= 0) return undefined;
+  // A window shorter than the shortest interval a limit accepts is not a limit we can keep.
+  if (policy.limit < 1 || policy.windowMs < minIntervalMs) return undefined;
   // A sliding log: "never more than limit in any window", exactly what the provider states.
   return { algorithm: 'sliding-log', limit: policy.limit, intervalMs: policy.windowMs, unit: policy.unit };
 }

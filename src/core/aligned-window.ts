@@ -18,6 +18,7 @@ export function windowIndexAt(t: number, intervalMs: number): number {
 export function windowStartMs(index: number, intervalMs: number): number {
   // start (ms) = index (windows) × intervalMs (ms per window)
   let startMs = index * intervalMs;
-  while (Math.floor(startMs / intervalMs) < index) startMs = nextUp(startMs);
+  // A few ulps at most; bounded so that no input (NaN, Infinity) can spin.
+  for (let step = 0; step < 64 && Math.floor(startMs / intervalMs) < index; step++) startMs = nextUp(startMs);
   return startMs;
 }

@@ -62,12 +62,17 @@ export function createFixedWindow(
     spec: normalized,
     initial: (now) => ({ w: windowIndexAt(now, intervalMs), n: 0, p: 0 }),
     earliestAt(state, cost, now) {
-      if (cost > limit) return Infinity;
+      // A NaN cost never fits either (written so that it fails the test).
+      if (!(cost <= limit)) return Infinity;
       const nowWindow = windowIndexAt(now, intervalMs);
       const firstOpen = firstOpenWindow(state);
       let window = Math.max(nowWindow, firstOpen);
-      // At most w - 1, w and w + 1, which is empty.
-      while (unitsIn(state, window) + cost > limit) window += 1;
+      // At most w - 1, w and w + 1, which is empty. Bounded all the same: past 2^53 `window + 1`
+      // no longer moves, and a NaN cost never fits (neither happens with a validated spec and cost).
+      for (let step = 0; unitsIn(state, window) + cost > limit; step++) {
+        if (step === 3) return Infinity;
+        window += 1;
+      }
       return window === nowWindow ? now : windowStartMs(window, intervalMs);
     },
     take(state, cost, at) {

@@ -33,7 +33,8 @@ export function createLeakyBucket(spec: SpecFor<'leaky-bucket'>, path = 'limit')
     // A TAT at (or before) now: drained.
     initial: (now) => now,
     earliestAt(tatMs, cost, now) {
-      if (cost > limit) return Infinity;
+      // A NaN cost never fits either (written so that it fails the test).
+      if (!(cost <= limit)) return Infinity;
       // τ (ms) = cost (units) × T (ms/unit): the slack τ - cost·T is exactly 0, so this is max(now, TAT).
       return gcraEarliestAt(tatMs, cost, emissionMs, cost * emissionMs, now);
     },

@@ -31,7 +31,7 @@ export interface LimitSpec {
   algorithm: Algorithm;
   /** Units admitted per `intervalMs` (for `concurrency`: units in flight at once). Integer >= 1. */
   limit: number;
-  /** Length of the interval in ms. Finite, > 0. Ignored by `concurrency`. */
+  /** Length of the interval in ms. Finite, >= 1. Ignored by `concurrency`. */
   intervalMs?: number;
   /**
    * Token bucket only: the bucket size, i.e. the most units admitted at once after an idle period.

@@ -10,14 +10,22 @@ export type SpecFor<A extends Algorithm> = Omit<LimitSpec, 'algorithm'> & { algo
 const knownKeys: readonly string[] = ['algorithm', 'limit', 'intervalMs', 'burst', 'unit'];
 
 /**
+ * The shortest `intervalMs` of a timed limit. The gate's clock counts ms and its timers fire in
+ * whole ms, so a shorter interval buys no precision; and with epoch-scale times (~1.7e12 ms) an
+ * interval of 1e-4 ms puts window indexes past 2^53, where `index + 1 === index`.
+ */
+export const minIntervalMs = 1;
+
+/**
  * Validates a limit spec and returns a frozen, normalized copy. Throws `InvalidOptionError` naming
  * the option path (``Expected `limits[0].burst` to be an integer >= 1, got `0` (number)``).
  *
  * Rules and defaults:
  * - `algorithm`: one of `algorithms` (required, unless `expected` supplies it).
  * - `limit`: an integer >= 1.
- * - `intervalMs`: a finite number > 0, required by every algorithm but `concurrency`, which ignores
- *   it (if given it must be a finite number >= 0) and whose normalized `intervalMs` is `0`.
+ * - `intervalMs`: a finite number >= `minIntervalMs` (1 ms), required by every algorithm but
+ *   `concurrency`, which ignores it (if given it must be a finite number >= 0) and whose normalized
+ *   `intervalMs` is `0`.
  * - `burst`: `token-bucket` only, an integer >= 1, default `limit`. Every other algorithm has no
  *   burst: `burst` must be omitted (or `0`, the normalized value, so a normalized spec can be fed
  *   back in), and the normalized `burst` is `0`.
@@ -66,7 +74,7 @@ export function normalizeLimitSpec(
     if (rawInterval !== undefined) finiteNumber(`${path}.intervalMs`, rawInterval, { min: 0 });
     intervalMs = 0;
   } else {
-    intervalMs = finiteNumber(`${path}.intervalMs`, rawInterval, { min: 0, minExclusive: true });
+    intervalMs = finiteNumber(`${path}.intervalMs`, rawInterval, { min: minIntervalMs });
   }
 
   let burst: number;

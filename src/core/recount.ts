@@ -25,7 +25,21 @@ export function recountState<S>(
   marginMs: number,
   now: number,
 ): S {
-  const at = Math.min(now, startAt + Math.max(marginMs, core.spec.intervalMs / 10));
+  const at = recountAtMs(core, startAt, marginMs, now);
   if (!(at > startAt)) return state;
   return core.take(core.refund(state, cost, startAt, now), cost, at);
+}
+
+/**
+ * Where `recountState` counts a call of the window limit `core` taken at `startAt` whose response
+ * came at `now`: `min(now, startAt + max(marginMs, intervalMs / 10))`, or `startAt` when that is no
+ * later. A later refund or charge of the same call applies there.
+ */
+export function recountAtMs(
+  core: Pick<LimitCore, 'spec'>,
+  startAt: number,
+  marginMs: number,
+  now: number,
+): number {
+  return Math.max(startAt, Math.min(now, startAt + Math.max(marginMs, core.spec.intervalMs / 10)));
 }

@@ -89,7 +89,8 @@ export function createSlidingLog(spec: SpecFor<'sliding-log'>, path = 'limit'): 
     spec: normalized,
     initial: () => [noHorizon],
     earliestAt(log, cost, now) {
-      if (cost > limit) return Infinity;
+      // A NaN cost never fits either (written so that it fails the test).
+      if (!(cost <= limit)) return Infinity;
       // FIFO: never before the latest recorded take (nor the horizon of dropped entries).
       const queueEnd = queueEndAt(log);
       const fromMs = Math.max(queueEnd, now);

@@ -88,7 +88,8 @@ export function createSlidingWindow(
     spec: normalized,
     initial: (now) => ({ w: windowIndexAt(now, intervalMs), cur: 0, prev: 0, older: 0 }),
     earliestAt(state, cost, now) {
-      if (cost > limit) return Infinity;
+      // A NaN cost never fits either (written so that it fails the test).
+      if (!(cost <= limit)) return Infinity;
       if (estimateAt(state, now) + cost <= limit) return now;
       let t = now;
       let window = windowIndexAt(now, intervalMs);
@@ -98,8 +99,10 @@ export function createSlidingWindow(
         window = firstOpen;
         t = windowStartMs(window, intervalMs);
       }
-      // At most w - 1, w, w + 1, and w + 2, where nothing counts any more.
-      for (;;) {
+      // At most w - 1, w, w + 1, and w + 2, where nothing counts any more. Bounded all the same:
+      // past 2^53 `window + 1` no longer moves, and a NaN cost never fits (neither happens with a
+      // validated spec and cost); Infinity then means "not predictable", never a hang.
+      for (let windows = 0; windows < 5; windows++) {
         if (estimateAt(state, t) + cost <= limit) return t;
         const weighted = unitsIn(state, window - 1);
         // room (units) = what the weighted part may still be: limit - this window's units - cost.
@@ -117,6 +120,7 @@ export function createSlidingWindow(
         window += 1;
         t = windowStartMs(window, intervalMs);
       }
+      return Infinity;
     },
     take(state, cost, at) {
       const window = windowIndexAt(at, intervalMs);

@@ -1,5 +1,6 @@
-import { integer, invalid, nonEmptyString, plainObject } from '../validate.js';
+import { finiteNumber, integer, invalid, nonEmptyString, plainObject } from '../validate.js';
 import type { LimitSpec } from './limit.js';
+import { minIntervalMs } from './normalize-limit-spec.js';
 
 /** Options of `windowSafe`. */
 export interface WindowSafeOptions {
@@ -39,9 +40,7 @@ const knownOptions: readonly string[] = ['burst', 'unit'];
  */
 export function windowSafe(limit: number, intervalMs: number, options: WindowSafeOptions = {}): LimitSpec {
   const max = integer('limit', limit, 2);
-  if (typeof intervalMs !== 'number' || !Number.isFinite(intervalMs) || intervalMs <= 0) {
-    throw invalid('intervalMs', 'a finite number > 0', intervalMs);
-  }
+  finiteNumber('intervalMs', intervalMs, { min: minIntervalMs });
   const input = plainObject('options', options);
   for (const key of Object.keys(input)) {
     if (!knownOptions.includes(key) && input[key] !== undefined) {

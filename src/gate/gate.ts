@@ -13,7 +13,8 @@ import {
 } from '../core/adaptation.js';
 import { createLimit } from '../core/create-limit.js';
 import type { LimitCore, LimitSpec } from '../core/limit.js';
-import { countsWindow, recountState } from '../core/recount.js';
+import { minIntervalMs } from '../core/normalize-limit-spec.js';
+import { countsWindow, recountAtMs, recountState } from '../core/recount.js';
 import { createServerQuota, type ServerQuotaState } from '../core/server-quota.js';
 import {
   AbortedError,
@@ -51,6 +52,7 @@ import {
   checkPriceMicros,
   checkPriority,
   checkSignal,
+  ownUnits,
   unitCost,
 } from './schedule-options.js';
 
@@ -180,6 +182,13 @@ interface Call extends QueueEntry {
   /** When the call last started (window limits recount it from its response, see `recount`). */
   startedAt: number;
   /**
+   * When its last attempt was released, and the limits in force then (whose window limits
+   * recounted it then, see `recount`): `reconcile` settles its units where they are counted.
+   */
+  releasedAt: number;
+  releasedG: readonly LimitCore[] | undefined;
+  releasedK: readonly LimitCore[] | undefined;
+  /**
    * Whether its last start was counted in flight (the gate observed completions then): its
    * completion is released on the same terms, whatever `setLimits` did in between.
    */
@@ -282,9 +291,15 @@ function quotaCore(unit: string): LimitCore<ServerQuotaState> {
 }
 
 // AIMD rate as a leaky bucket: emission interval 1000/rate ms. limit 1000 keeps capacity for costs > 1.
+// intervalMs (ms per 1000 units) = 1000 units × 1000 ms/s / rate (units/s), at least the shortest
+// interval a limit accepts: the rate is capped at 1e6/s, far above any provider's.
 function aimdCore(ratePerSec: number): LimitCore {
   return createLimit(
-    { algorithm: 'leaky-bucket', limit: 1000, intervalMs: (1000 * 1000) / ratePerSec },
+    {
+      algorithm: 'leaky-bucket',
+      limit: 1000,
+      intervalMs: Math.max(minIntervalMs, (1000 * 1000) / ratePerSec),
+    },
     'aimd',
   );
 }
@@ -313,17 +328,21 @@ function limitStats(cores: readonly LimitCore[], states: unknown[], now: number)
 // A state survives a limit change when it still means the same thing under the new spec: GCRA's
 // theoretical arrival time and the sliding log's timestamps are independent of the numbers, the
 // in-flight count must survive (or releases would under-count), window counts need the same window.
-function carryState(previous: LimitCore, state: unknown, next: LimitCore, now: number): unknown {
-  if (previous.algorithm !== next.algorithm || previous.unit !== next.unit) return next.initial(now);
+function carriesState(previous: LimitCore, next: LimitCore): boolean {
+  if (previous.algorithm !== next.algorithm || previous.unit !== next.unit) return false;
   switch (next.algorithm) {
     case 'token-bucket':
     case 'leaky-bucket':
     case 'sliding-log':
     case 'concurrency':
-      return state;
+      return true;
     default:
-      return previous.spec.intervalMs === next.spec.intervalMs ? state : next.initial(now);
+      return previous.spec.intervalMs === next.spec.intervalMs;
   }
+}
+
+function carryState(previous: LimitCore, state: unknown, next: LimitCore, now: number): unknown {
+  return carriesState(previous, next) ? state : next.initial(now);
 }
 
 function heapPush(heap: Call[], call: Call): void {
@@ -429,7 +448,10 @@ export class Gate {
   private closed = false;
   private closeWaiters: (() => void)[] = [];
   private readonly globalWaiters = new Set<Partition>();
-  /** A concurrency limit replaced by setLimits -> the one that carries its in-flight count. */
+  /**
+   * A limit replaced by setLimits -> the one that carries its count on (in-flight count, TAT, log
+   * or window counts; see `carriesState`): a call releases or settles there what it took.
+   */
   private readonly successor = new WeakMap<LimitCore, LimitCore>();
   private sweepIterator: Iterator<[string, Partition | number]> | undefined = undefined;
 
@@ -665,7 +687,7 @@ export class Gate {
       const match = matchPrevious(this.globalCores, globalCores);
       const states = globalCores.map((core, i) => {
         const previous = match[i] === undefined ? undefined : this.globalCores[match[i]!];
-        if (previous !== undefined && !core.timed) this.successor.set(previous, core);
+        if (previous !== undefined && carriesState(previous, core)) this.successor.set(previous, core);
         return previous ? carryState(previous, this.globalStates[match[i]!], core, now) : core.initial(now);
       });
       this.globalStates.length = 0;
@@ -677,7 +699,7 @@ export class Gate {
       const match = matchPrevious(previousCores, keyCores);
       keyCores.forEach((core, i) => {
         const previous = match[i] === undefined ? undefined : previousCores[match[i]!];
-        if (previous !== undefined && !core.timed) this.successor.set(previous, core);
+        if (previous !== undefined && carriesState(previous, core)) this.successor.set(previous, core);
       });
       const carry = (states: unknown[]) =>
         keyCores.map((core, i) => {
@@ -998,13 +1020,16 @@ export class Gate {
           this.budgetWaits.delete(refuse);
           signal?.removeEventListener('abort', onAbort);
           const waited = this.clock.now() - now;
-          if (waited > maxQueueTimeMs) {
+          // The wait judged from when the timer was due: it fires in whole ms, rounded up, and
+          // lateness up to MAX_LATE_CREDIT_MS counts as on time (as for queued calls, see drain).
+          if (Math.max(retryAt - now, waited - MAX_LATE_CREDIT_MS) > maxQueueTimeMs) {
             // The timer fired after the deadline (a busy event loop): too late to start.
             refuse(new QueueTimeoutError(waited, maxQueueTimeMs, false));
             return;
           }
           // Scheduled as new, with what is left of its deadline (also after close({queued:'run'})).
-          resolve(this.admit(fn, { ...o, maxQueueTimeMs: maxQueueTimeMs - waited }) as Promise<never>);
+          const leftMs = Math.max(0, maxQueueTimeMs - waited);
+          resolve(this.admit(fn, { ...o, maxQueueTimeMs: leftMs }) as Promise<never>);
           this.maybeSettleClose();
         },
         Math.max(0, Math.ceil(retryAt - now)),
@@ -1055,6 +1080,9 @@ export class Gate {
       gcores: undefined,
       kcores: undefined,
       startedAt: 0,
+      releasedAt: 0,
+      releasedG: undefined,
+      releasedK: undefined,
       observed: false,
     };
     return { call, promise };
@@ -1538,8 +1566,11 @@ export class Gate {
         this.waitUntil(p, Infinity, now);
         return;
       }
-      if (call.deadline < now) {
-        // Never start a call after its deadline (a late timer or a long synchronous task).
+      if (call.deadline < now && !(creditFrom < now && this.fitsBy(p, call, creditFrom) <= call.deadline)) {
+        // Never start a call after its deadline (a late timer or a long synchronous task). Except
+        // for a timer's own rounding: timers fire in whole ms, rounded up, so a call predicted to
+        // start by its deadline (an exact time) fires after it. Its start is then judged from when
+        // the timer was due (with the lateness GCRA is credited, MAX_LATE_CREDIT_MS at most).
         this.refuse(call, deadlineError(call, now, false));
         continue;
       }
@@ -1557,6 +1588,20 @@ export class Gate {
       }
       this.startCall(call, now);
     }
+  }
+
+  /** Earliest time >= `from` at which every limit of `p` admits `call` (as `predict`, on the states). */
+  private fitsBy(p: Partition, call: Call, from: number): number {
+    let t = from;
+    const { gcosts, kcosts } = call;
+    const gcores = this.globalCores;
+    for (let i = 0; i < gcores.length; i++)
+      if (gcosts[i]) t = Math.max(t, gcores[i]!.earliestAt(this.globalStates[i], gcosts[i]!, from));
+    const kcores = this.keyCores;
+    for (let i = 0; i < kcores.length; i++)
+      if (kcosts[i]) t = Math.max(t, kcores[i]!.earliestAt(p.keyStates[i], kcosts[i]!, from));
+    if (p.extra !== undefined) t = Math.max(t, extraEarliest(p.extra, p.extra.states, call.cost, from));
+    return t;
   }
 
   private commitStart(
@@ -1646,8 +1691,16 @@ export class Gate {
   }
 
   private completed(call: Call, value: unknown): void {
-    if (call.observed)
+    if (call.observed) {
       this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts, call.startedAt);
+      // The window limits of these that were in force then have recounted it (see `reconcile`).
+      call.releasedAt = this.clock.now();
+      call.releasedG = this.globalCores;
+      call.releasedK = this.keyCores;
+    } else {
+      call.releasedG = undefined;
+      call.releasedK = undefined;
+    }
     inspectOutcome(call.inspect, value, (inspection) => this.afterInspection(call, value, inspection));
   }
 
@@ -1733,25 +1786,49 @@ export class Gate {
     if (this.closed) this.maybeSettleClose();
   }
 
-  /** Settle the units a call actually used: refund the difference or charge the extra. */
+  /**
+   * Settle the units a call actually used: refund the difference or charge the extra. Both apply
+   * where the call was counted: on the limits it started under (after `setLimits`, the limit that
+   * carries each one's count now, or none if it is gone; a limit added since took nothing from
+   * it), at its start, or, for a window limit that recounted it from its response, at that time.
+   * A refund at `now` would come off the window the call finished in, not the one it was counted
+   * in, and let that window admit more than its limit.
+   */
   private reconcile(call: Call, actual: Readonly<Record<string, number>>, now: number): void {
     const p = call.partition;
-    const adjust = (core: LimitCore, state: unknown, estimated: number): unknown => {
-      const used = actual[core.unit];
-      if (!core.timed || used === undefined || !Number.isFinite(used) || used < 0 || used === estimated)
-        return state;
+    const startedAt = call.startedAt;
+    const margin = this.arrivalMarginMs;
+    const adjust = (core: LimitCore, state: unknown, estimated: number, at: number): unknown => {
+      const used = ownUnits(actual, core.unit);
+      if (!core.timed || used === undefined || !Number.isFinite(used) || used < 0) return state;
+      // Never NaN into a state: an estimate that is not a count leaves the limit as it is.
+      if (!Number.isFinite(estimated) || estimated < 0 || used === estimated) return state;
       return used < estimated
-        ? core.refund(state, estimated - used, now, now)
-        : core.take(state, Math.min(used - estimated, core.capacity), now);
+        ? core.refund(state, estimated - used, at, now)
+        : core.take(state, Math.min(used - estimated, core.capacity), at);
     };
-    this.globalCores.forEach((core, i) => {
-      this.globalStates[i] = adjust(core, this.globalStates[i], call.gcosts[i]!);
-    });
-    this.keyCores.forEach((core, i) => {
-      p.keyStates[i] = adjust(core, p.keyStates[i], call.kcosts[i]!);
-    });
+    const settle = (
+      cores: readonly LimitCore[],
+      costs: readonly number[],
+      released: readonly LimitCore[] | undefined,
+      current: readonly LimitCore[],
+      states: unknown[],
+    ): void => {
+      for (let i = 0; i < cores.length; i++) {
+        const core = cores[i]!;
+        if (!core.timed) continue;
+        const j = this.currentIndex(core, current);
+        if (j < 0) continue;
+        const recounted =
+          margin > 0 && costs[i] !== 0 && countsWindow(core.algorithm) && released?.[i] === core;
+        const at = recounted ? recountAtMs(core, startedAt, margin, call.releasedAt) : startedAt;
+        states[j] = adjust(current[j]!, states[j], costs[i]!, at);
+      }
+    };
+    settle(call.gcores ?? [], call.gcosts, call.releasedG, this.globalCores, this.globalStates);
+    settle(call.kcores ?? [], call.kcosts, call.releasedK, this.keyCores, p.keyStates);
     p.extra?.cores.forEach((core, i) => {
-      p.extra!.states[i] = adjust(core, p.extra!.states[i], unitCost(call.cost, core.unit));
+      p.extra!.states[i] = adjust(core, p.extra!.states[i], unitCost(call.cost, core.unit), startedAt);
     });
     if (p.queue !== undefined) this.replanAndDrain(p, now);
   }

@@ -70,11 +70,20 @@ export function checkCost(cost: unknown): asserts cost is NonNullable<ScheduleOp
   }
 }
 
-/** Units of `unit` a call costs, from its cost as given (requests default to 1, other units to 0). */
+/**
+ * Units of `unit` a call costs, from its cost as given (requests default to 1, other units to 0).
+ * Only the record's own properties count: a unit named `constructor` or `toString` would otherwise
+ * read the inherited method (and `__proto__` the prototype) as its cost.
+ */
 export function unitCost(cost: ScheduleOptions['cost'], unit: string): number {
   if (cost === undefined) return unit === 'requests' ? 1 : 0;
   if (typeof cost === 'number') return unit === 'requests' ? cost : 0;
-  return cost[unit] ?? (unit === 'requests' ? 1 : 0);
+  return ownUnits(cost, unit) ?? (unit === 'requests' ? 1 : 0);
+}
+
+/** `record[unit]` when it is the record's own property, else undefined (whatever the unit's name). */
+export function ownUnits(record: Readonly<Record<string, number>>, unit: string): number | undefined {
+  return Object.hasOwn(record, unit) ? record[unit] : undefined;
 }
 
 /** `units` of a call, unless they exceed what a limit can ever admit (its `capacity`). */

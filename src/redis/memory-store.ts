@@ -3,6 +3,7 @@ import { createLimit } from '../core/create-limit.js';
 import type { Algorithm, LimitCore, LimitSpec } from '../core/limit.js';
 import type { NormalizedLimitSpec } from '../core/normalize-limit-spec.js';
 import { countsWindow, recountState } from '../core/recount.js';
+import { unitCost } from '../gate/schedule-options.js';
 import { integer, invalid, plainObject } from '../validate.js';
 import type {
   LearnOptions,
@@ -81,12 +82,6 @@ export const algorithmCodes: Readonly<Record<Algorithm, string>> = {
 /** The spec string stored for a learned limit (the Redis store keeps the same text). */
 export function learnedSpecText(spec: NormalizedLimitSpec): string {
   return `${algorithmCodes[spec.algorithm]} ${spec.limit} ${spec.intervalMs} ${spec.burst} ${encodeURIComponent(spec.unit)}`;
-}
-
-/** Cost of `unit` for a call of `units` (requests default to 1, others to 0). */
-export function unitCost(units: Readonly<Record<string, number>> | undefined, unit: string): number {
-  const value = units?.[unit];
-  return value ?? (unit === 'requests' ? 1 : 0);
 }
 
 // What of each reservation is settled for good: 'untimed' (its permits were given back), 'timed'

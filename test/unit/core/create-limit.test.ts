@@ -21,6 +21,21 @@ describe('createLimit', () => {
     }
   });
 
+  // Found by review: with epoch-scale times (~1.7e12 ms) an interval of 1e-4 ms put window indexes
+  // past 2^53, where `index + 1 === index`, and the second call at the same instant looped forever.
+  it('rejects an intervalMs below 1 ms for every timed algorithm, naming the option and the value', () => {
+    for (const algorithm of algorithms.filter((a) => a !== 'concurrency')) {
+      for (const intervalMs of [1e-4, 1e-6, 1e-9, 0.5, 0.999]) {
+        expectInvalidOption(
+          () => createLimit({ algorithm, limit: 1, intervalMs }, 'limits[2]'),
+          'limits[2].intervalMs',
+          `Expected \`limits[2].intervalMs\` to be a finite number >= 1, got \`${intervalMs}\` (number)`,
+        );
+      }
+      expect(createLimit({ algorithm, limit: 1, intervalMs: 1 }).spec.intervalMs).toBe(1);
+    }
+  });
+
   it('accepts its own normalized spec again', () => {
     for (const algorithm of algorithms) {
       const core = createLimit({ algorithm, limit: 5, intervalMs: 1000, unit: 'tokens' });
@@ -112,19 +127,19 @@ describe('createLimit', () => {
       'a missing intervalMs',
       { algorithm: 'token-bucket', limit: 5 },
       'limits[0].intervalMs',
-      'Expected `limits[0].intervalMs` to be a finite number > 0, got `undefined` (undefined)',
+      'Expected `limits[0].intervalMs` to be a finite number >= 1, got `undefined` (undefined)',
     ],
     [
       'an Infinity intervalMs',
       { algorithm: 'sliding-window', limit: 5, intervalMs: Infinity },
       'limits[0].intervalMs',
-      'Expected `limits[0].intervalMs` to be a finite number > 0, got `Infinity` (number)',
+      'Expected `limits[0].intervalMs` to be a finite number >= 1, got `Infinity` (number)',
     ],
     [
       'a negative intervalMs',
       { algorithm: 'leaky-bucket', limit: 5, intervalMs: -1000 },
       'limits[0].intervalMs',
-      'Expected `limits[0].intervalMs` to be a finite number > 0, got `-1000` (number)',
+      'Expected `limits[0].intervalMs` to be a finite number >= 1, got `-1000` (number)',
     ],
     [
       'a zero burst',

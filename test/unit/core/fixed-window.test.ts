@@ -121,16 +121,26 @@ describe('fixed window', () => {
     expect(window).toMatchObject({ timed: true, creditsLateStart: false });
   });
 
+  it('never spins when the window index stops changing (past 2^53): the wait is unpredictable', () => {
+    // Unreachable with a validated spec and a real clock (intervalMs >= 1); found by review with
+    // intervalMs 1e-4 on the epoch clock, where the second call at the same instant looped forever.
+    const core = createFixedWindow({ limit: 1, intervalMs: 1 });
+    const now = 2 ** 53;
+    const state = core.take(core.initial(now), 1, now);
+    expect(core.earliestAt(state, 1, now)).toBe(Infinity);
+    expect(core.earliestAt(state, Number.NaN, now)).toBe(Infinity);
+  });
+
   it.each([
     [
       { limit: 3, intervalMs: 0 },
       'limit.intervalMs',
-      'Expected `limit.intervalMs` to be a finite number > 0, got `0` (number)',
+      'Expected `limit.intervalMs` to be a finite number >= 1, got `0` (number)',
     ],
     [
       { limit: 3, intervalMs: -5 },
       'limit.intervalMs',
-      'Expected `limit.intervalMs` to be a finite number > 0, got `-5` (number)',
+      'Expected `limit.intervalMs` to be a finite number >= 1, got `-5` (number)',
     ],
     [
       { limit: Infinity, intervalMs: 1000 },

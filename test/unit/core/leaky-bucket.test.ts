@@ -100,12 +100,12 @@ describe('leaky bucket', () => {
     [
       { limit: 4 },
       'limit.intervalMs',
-      'Expected `limit.intervalMs` to be a finite number > 0, got `undefined` (undefined)',
+      'Expected `limit.intervalMs` to be a finite number >= 1, got `undefined` (undefined)',
     ],
     [
       { limit: 4, intervalMs: Number.NaN },
       'limit.intervalMs',
-      'Expected `limit.intervalMs` to be a finite number > 0, got `NaN` (number)',
+      'Expected `limit.intervalMs` to be a finite number >= 1, got `NaN` (number)',
     ],
   ])('rejects an invalid spec %j', (spec, option, message) => {
     expectInvalidOption(() => createLeakyBucket(spec as never), option, message);

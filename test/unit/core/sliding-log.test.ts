@@ -131,7 +131,7 @@ describe('sliding log', () => {
     [
       { limit: 3, intervalMs: '1000' },
       'limit.intervalMs',
-      'Expected `limit.intervalMs` to be a finite number > 0, got `"1000"` (string)',
+      'Expected `limit.intervalMs` to be a finite number >= 1, got `"1000"` (string)',
     ],
     [
       { limit: 3, intervalMs: 1000, unit: '' },

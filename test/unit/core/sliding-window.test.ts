@@ -107,6 +107,16 @@ describe('sliding window counter', () => {
     expect(copy).toEqual({ w: 0, cur: 1, prev: 0, older: 0 });
   });
 
+  it('never spins when the window index stops changing (past 2^53): the wait is unpredictable', () => {
+    // Unreachable with a validated spec and a real clock (intervalMs >= 1); found by review with
+    // intervalMs 1e-4 on the epoch clock, where the second call at the same instant looped forever.
+    const core = createSlidingWindow({ limit: 1, intervalMs: 1 });
+    const now = 2 ** 53;
+    const state = core.take(core.initial(now), 1, now);
+    expect(core.earliestAt(state, 1, now)).toBe(Infinity);
+    expect(core.earliestAt(state, Number.NaN, now)).toBe(Infinity);
+  });
+
   it.each([
     [null, 'limit', 'Expected `limit` to be an object, got `null` (null)'],
     [
@@ -117,7 +127,7 @@ describe('sliding window counter', () => {
     [
       { limit: 4, intervalMs: -Infinity },
       'limit.intervalMs',
-      'Expected `limit.intervalMs` to be a finite number > 0, got `-Infinity` (number)',
+      'Expected `limit.intervalMs` to be a finite number >= 1, got `-Infinity` (number)',
     ],
   ])('rejects an invalid spec %j', (spec, option, message) => {
     expectInvalidOption(() => createSlidingWindow(spec as never), option, message);

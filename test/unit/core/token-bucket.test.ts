@@ -137,7 +137,7 @@ describe('token bucket', () => {
     [
       { limit: 10, intervalMs: Infinity },
       'limit.intervalMs',
-      'Expected `limit.intervalMs` to be a finite number > 0, got `Infinity` (number)',
+      'Expected `limit.intervalMs` to be a finite number >= 1, got `Infinity` (number)',
     ],
     [
       { algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 },

@@ -53,12 +53,12 @@ describe('windowSafe', () => {
     [
       () => windowSafe(10, 0),
       'intervalMs',
-      'Expected `intervalMs` to be a finite number > 0, got `0` (number)',
+      'Expected `intervalMs` to be a finite number >= 1, got `0` (number)',
     ],
     [
       () => windowSafe(10, Number.NaN),
       'intervalMs',
-      'Expected `intervalMs` to be a finite number > 0, got `NaN` (number)',
+      'Expected `intervalMs` to be a finite number >= 1, got `NaN` (number)',
     ],
     [
       () => windowSafe(10, 1000, { burst: 10 }),
@@ -79,6 +79,12 @@ describe('windowSafe', () => {
       () => windowSafe(10, 1000, { brust: 2 } as never),
       'options.brust',
       'Expected `options.brust` to be omitted (not a windowSafe option; known: burst, unit), got `2` (number)',
+    ],
+    [
+      // Shorter than the clock's and timers' ms (found by review: window indexes overflowed 2^53).
+      () => windowSafe(10, 0.5),
+      'intervalMs',
+      'Expected `intervalMs` to be a finite number >= 1, got `0.5` (number)',
     ],
   ])('rejects invalid arguments (%#)', (call, option, message) => {
     expectInvalidOption(call, option, message);

@@ -323,3 +323,274 @@ describe('found bugs: close with budgets, budget waits and setLimits', () => {
     expect(closed).toBe(true);
   });
 });
+
+// Found by a review of units, reconcile, setLimits, tiny intervals and timer rounding (session 6);
+// each test failed (or, where noted, hung) before the fix.
+describe('found bugs: unit names, settling actual costs, timer rounding', () => {
+  // Cause (schedule-options.ts, unitCost): `cost[unit]` read inherited properties, so a call whose
+  // cost record does not name the unit cost `Object` (unit 'constructor'), a function or the
+  // prototype: the state became NaN (admitting everything) or the log refused everything.
+  const builtInNames = ['constructor', 'toString', '__proto__', 'hasOwnProperty'];
+
+  it.each(['token-bucket', 'leaky-bucket', 'fixed-window', 'sliding-log'] as const)(
+    'a %s limit of a unit named after a built-in property counts it as a plain unit',
+    async (algorithm) => {
+      for (const unit of builtInNames) {
+        const clock = new ManualClock(0);
+        const gate = createGate({ clock, limits: [{ algorithm, limit: 2, intervalMs: 1000, unit }] });
+        let started = 0;
+        // Costs nothing of the unit: starts, and leaves the limit as it was.
+        gate.schedule(() => started++, { cost: { requests: 1 } }).catch(() => {});
+        for (let i = 0; i < 5; i++) {
+          gate.schedule(() => started++, { cost: { [unit]: 1 } }).catch(() => {});
+        }
+        await flush();
+        // The call of no unit, then the limit's 2 (a leaky bucket spaces them: 1 at once).
+        const expected = 1 + (algorithm === 'leaky-bucket' ? 1 : 2);
+        // Observed: 6 (NaN state), or 0 (the log refused every call).
+        expect({ unit, started }).toEqual({ unit, started: expected });
+        expect(gate.stats().limits[0]!.available).toBe(0);
+      }
+    },
+  );
+
+  it('a sliding-window limit of a unit named after a built-in property counts it as a plain unit (hung before)', async () => {
+    for (const unit of builtInNames) {
+      const clock = new ManualClock(0);
+      const gate = createGate({
+        clock,
+        limits: [{ algorithm: 'sliding-window', limit: 2, intervalMs: 1000, unit }],
+      });
+      let started = 0;
+      gate.schedule(() => started++, { cost: { requests: 1 } }).catch(() => {});
+      for (let i = 0; i < 5; i++) {
+        gate.schedule(() => started++, { cost: { [unit]: 1 } }).catch(() => {});
+      }
+      await flush();
+      expect({ unit, started }).toEqual({ unit, started: 3 });
+    }
+  });
+
+  // Cause (gate.ts, reconcile): unused units were refunded at `now`, i.e. to the window the call
+  // finished in, not the one it was counted in; the sliding log found no entry at `now` and
+  // refunded nothing.
+  it.each([
+    // B starts in [1000, 2000) after A (at 900) took a whole window's worth; A reports at `settleAt`.
+    { algorithm: 'fixed-window', bAt: 1000, bTokens: 100, settleAt: 1001, cTokens: 50 },
+    { algorithm: 'sliding-window', bAt: 1500, bTokens: 50, settleAt: 1600, cTokens: 60 },
+  ] as const)('$algorithm: unused units go back to the window the call was counted in', async (row) => {
+    const clock = new ManualClock(0);
+    const gate = createGate({
+      clock,
+      adapt: false,
+      limits: [{ algorithm: row.algorithm, limit: 100, intervalMs: 1000, unit: 'tokens' }],
+    });
+    const starts: [number, number][] = [];
+    const run = (tokens: number) => () => {
+      starts.push([clock.now(), tokens]);
+    };
+    clock.advanceTo(900);
+    const a = controlled();
+    // A: 100 tokens estimated at 900 (window [0, 1000)), 50 used.
+    const aDone = gate.schedule(a.fn, {
+      cost: { tokens: 100 },
+      inspect: () => ({ status: 200, headers: {}, actualCost: { tokens: 50 } }),
+    });
+    clock.advanceTo(row.bAt);
+    gate.schedule(run(row.bTokens), { cost: { tokens: row.bTokens } }).catch(() => {});
+    await flush();
+    clock.advanceTo(row.settleAt);
+    a.finish();
+    await aDone;
+    await flush();
+    gate.schedule(run(row.cTokens), { cost: { tokens: row.cTokens } }).catch(() => {});
+    await flush();
+    clock.runAll();
+    await flush();
+    expect(starts).toHaveLength(2);
+    const inWindow = starts.filter(([t]) => t >= 1000 && t < 2000).reduce((sum, [, n]) => sum + n, 0);
+    // Observed: 150 (fixed window: B 100 at 1000, C 50 at 1001) and 110 (sliding window: C at 1600).
+    expect(inWindow).toBeLessThanOrEqual(100);
+  });
+
+  it('sliding log: unused units are given back (the refund found no entry at the finish time)', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({
+      clock,
+      adapt: false,
+      limits: [{ algorithm: 'sliding-log', limit: 100, intervalMs: 1000, unit: 'tokens' }],
+    });
+    const a = controlled();
+    const aDone = gate.schedule(a.fn, {
+      cost: { tokens: 100 },
+      inspect: () => ({ status: 200, headers: {}, actualCost: { tokens: 50 } }),
+    });
+    clock.advanceTo(10);
+    a.finish();
+    await aDone;
+    let bStartedAt: number | undefined;
+    gate.schedule(() => (bStartedAt = clock.now()), { cost: { tokens: 50 } }).catch(() => {});
+    await flush();
+    // Observed: b waited until 1000.
+    expect(bStartedAt).toBe(10);
+    clock.runAll();
+  });
+
+  it('with arrivalMarginMs, unused units go back where the recount put the call', async () => {
+    const scenario = async (aStartAt: number) => {
+      const clock = new ManualClock(0);
+      const gate = createGate({
+        clock,
+        adapt: false,
+        arrivalMarginMs: 50,
+        limits: [{ algorithm: 'fixed-window', limit: 100, intervalMs: 1000, unit: 'tokens' }],
+      });
+      clock.advanceTo(aStartAt);
+      const a = controlled();
+      const aDone = gate.schedule(a.fn, {
+        cost: { tokens: 100 },
+        inspect: () => ({ status: 200, headers: {}, actualCost: { tokens: 50 } }),
+      });
+      clock.advanceTo(1000);
+      if (aStartAt === 800) gate.schedule(() => {}, { cost: { tokens: 100 } }).catch(() => {});
+      await flush();
+      clock.advanceTo(1001);
+      a.finish();
+      await aDone;
+      await flush();
+      let cStartedAt: number | undefined;
+      gate.schedule(() => (cStartedAt = clock.now()), { cost: { tokens: 50 } }).catch(() => {});
+      await flush();
+      clock.runAll();
+      await flush();
+      return cStartedAt;
+    };
+    // Recounted at min(1001, 800 + 100) = 900, still in [0, 1000): the refund goes there, and
+    // [1000, 2000) already holds 100 tokens. Observed: c started at 1001 (160 in that window).
+    expect(await scenario(800)).toBe(2000);
+    // Recounted at 1001, in [1000, 2000): the refund goes there too, and c fits at once.
+    expect(await scenario(950)).toBe(1001);
+  });
+
+  // Cause (gate.ts, reconcile): costs computed under the limits a call started with were paired
+  // with the limits in force when it finished; a limit added meanwhile had no cost, the adjustment
+  // was take(state, NaN), and the NaN state admitted everything from then on.
+  it('a limit added while a call with actual costs is in flight keeps limiting', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({
+      clock,
+      adapt: false,
+      limits: [{ algorithm: 'sliding-log', limit: 10, intervalMs: 1000 }],
+    });
+    const a = controlled();
+    const aDone = gate.schedule(a.fn, {
+      cost: { requests: 1, tokens: 500 },
+      inspect: () => ({ status: 200, headers: {}, actualCost: { tokens: 100 } }),
+    });
+    await flush();
+    gate.setLimits({
+      limits: [
+        { algorithm: 'sliding-log', limit: 10, intervalMs: 1000 },
+        { algorithm: 'token-bucket', limit: 1000, intervalMs: 1000, unit: 'tokens' },
+      ],
+    });
+    clock.advanceTo(1);
+    a.finish();
+    await aDone;
+    await flush();
+    // The token bucket took nothing from a: nothing to settle there.
+    expect(gate.stats().limits.map((l) => l.available)).toEqual([9, 1000]);
+    clock.advanceTo(2000);
+    let started = 0;
+    for (let i = 0; i < 3; i++) {
+      gate.schedule(() => started++, { cost: { requests: 1, tokens: 1000 } }).catch(() => {});
+    }
+    await flush();
+    // Observed: 3 (every call of a full bucket's worth started at once).
+    expect(started).toBe(1);
+    clock.runAll();
+  });
+
+  it('a limit removed while a call with actual costs is in flight is settled nowhere else', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({
+      clock,
+      adapt: false,
+      limits: [
+        { algorithm: 'sliding-log', limit: 10, intervalMs: 1000 },
+        { algorithm: 'token-bucket', limit: 1000, intervalMs: 1000, unit: 'tokens' },
+      ],
+    });
+    const a = controlled();
+    const aDone = gate.schedule(a.fn, {
+      cost: { requests: 1, tokens: 500 },
+      inspect: () => ({ status: 200, headers: {}, actualCost: { tokens: 100 } }),
+    });
+    await flush();
+    // The requests limit goes; the token bucket moves to position 0: a new limit, full.
+    gate.setLimits({
+      limits: [{ algorithm: 'token-bucket', limit: 1000, intervalMs: 1000, unit: 'tokens' }],
+    });
+    a.finish();
+    await aDone;
+    await flush();
+    // Observed: 901 (a's 1 request, paired with the new bucket, was charged 99 tokens extra).
+    expect(gate.stats().limits[0]!.available).toBe(1000);
+  });
+
+  // Cause (core validation): an interval of 1e-4 ms on the epoch clock put window indexes past
+  // 2^53, where `index + 1 === index`; the second call at the same instant looped forever.
+  it('a limit with an interval shorter than 1 ms is refused at construction, naming it', () => {
+    for (const algorithm of ['fixed-window', 'sliding-window', 'token-bucket'] as const) {
+      const limits = [{ algorithm, limit: 1, intervalMs: 1e-4 }];
+      expect(() => createGate({ clock: new ManualClock(1_700_000_000_000), limits })).toThrow(
+        expect.objectContaining({
+          code: 'ERR_INVALID_OPTION',
+          option: 'limits[0].intervalMs',
+          message: 'Expected `limits[0].intervalMs` to be a finite number >= 1, got `0.0001` (number)',
+        }),
+      );
+      const gate = createGate({ clock: new ManualClock(0) });
+      expect(() => gate.setLimits({ perKey: limits })).toThrow(
+        expect.objectContaining({ option: 'perKey[0].intervalMs' }),
+      );
+    }
+  });
+
+  // Cause (gate.ts, arm/drain): timers are armed in whole ms, rounded up, and the deadline was
+  // checked against the time the timer fired, not the start the call was accepted on.
+  it('a call predicted to start within its deadline is not refused for its timer’s rounding', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({ clock, limits: [{ algorithm: 'leaky-bucket', limit: 3, intervalMs: 1000 }] });
+    gate.schedule(() => {}).catch(() => {});
+    let startedAt: number | undefined;
+    // Predicted start 333.33…, within 333.5; the timer fires at 334.
+    const b = watch(gate.schedule(() => (startedAt = clock.now()), { maxQueueTimeMs: 333.5 }));
+    clock.runAll();
+    await flush();
+    // Observed: refused at 334 (ERR_QUEUE_TIMEOUT, predicted: false).
+    expect(b).toMatchObject({ settled: true, code: undefined });
+    expect(startedAt).toBe(334);
+  });
+
+  it('a call waiting for budget room is not refused for its timer’s rounding', async () => {
+    const clock = new ManualClock(0.3);
+    const gate = createGate({
+      clock,
+      budget: {
+        budgets: { name: 'r', limit: 0.000001, period: { rollingMs: 1000 } },
+        ledger: 'memory',
+        onExceeded: 'wait',
+        defaultPriceMicros: 1,
+      },
+    });
+    await gate.schedule(async () => {});
+    clock.advanceTo(0.6);
+    // Room at 1000.3, 999.7 ms away (within 999.8); the timer fires 1000 ms later, at 1000.6.
+    const waiting = watch(gate.schedule(async () => {}, { maxQueueTimeMs: 999.8 }));
+    clock.advanceTo(1001);
+    await flush();
+    // Observed: refused at 1000.6 (ERR_QUEUE_TIMEOUT).
+    expect(waiting).toMatchObject({ settled: true, code: undefined });
+  });
+});
