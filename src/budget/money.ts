@@ -154,11 +154,12 @@ export interface ParsedMoney {
 
 const moneyText = /^\s*(\$)?\s*([0-9][0-9_,]*(?:\.[0-9_]*)?|\.[0-9_]+)\s*([a-zA-Z]{3})?\s*$/;
 
-// A comma is a thousands separator only where one stands: after a leading group of 1-3 digits that
-// does not start with 0, then groups of exactly 3 ('1,000', '12,345.67'). Any other comma ('0,5',
-// '1,00', '1,0000', '0,042') is refused rather than dropped: in much of the world it is the decimal
-// mark, and dropping it would read '0,5' as 5 and '0,0042' as 42.
-const groupedInteger = /^[1-9][0-9]{0,2}(?:,[0-9]{3})+$/;
+// A comma is a digit-group separator only where one stands: after a leading group of 1-3 digits
+// that does not start with 0, then groups of exactly 3 ('1,000', '12,345.67'), or, as written in
+// India, groups of 2 before the last group of 3 ('1,00,000', '12,34,567.50'). Any other comma
+// ('0,5', '1,00', '1,0000', '0,042') is refused rather than dropped: in much of the world it is the
+// decimal mark, and dropping it would read '0,5' as 5 and '0,0042' as 42.
+const groupedInteger = /^(?:[1-9][0-9]{0,2}(?:,[0-9]{3})+|[1-9][0-9]?(?:,[0-9]{2})+,[0-9]{3})$/;
 
 /**
  * Parse an amount. Throws `InvalidOptionError` naming `option` (e.g. `budget.limit`) when it is not a
@@ -190,7 +191,7 @@ export function parseMoney(option: string, value: unknown, rounding: Rounding = 
     if (integerPart.includes(',') && !groupedInteger.test(integerPart)) {
       throw invalid(
         option,
-        `${expected}; a comma only as a thousands separator (\`1,000.50\`), the decimal mark is \`.\``,
+        `${expected}; a comma only between digit groups (\`1,000.50\`, \`1,00,000\`), the decimal mark is \`.\``,
         value,
       );
     }

@@ -106,6 +106,9 @@ export function parseRateText(flag: string, text: string, example: string): Rate
   const per = timeUnits[m[4]!.toLowerCase()];
   const windows = m[3] === undefined ? 1 : Number(m[3]);
   if (n === undefined || per === undefined || !(windows > 0)) throw new CliError(expected);
+  // Limits count in whole ms at least (the gate's floor for intervalMs): say so with the flag.
+  if (windows * per < 1)
+    throw new CliError(`Expected ${flag} with a window of at least 1ms, got ${shown(text)}`);
   const word = m[2]?.toLowerCase();
   const unit = word === undefined ? 'requests' : (unitAliases[word] ?? word);
   return { count: n, unit, intervalMs: windows * per };

@@ -1243,17 +1243,19 @@ export class SharedGate {
     if (reservation === undefined) return;
     call.budget = undefined;
     const budget = this.budget!;
+    // An invalid actual price (or one past the exact range: InvalidCostError, thrown or rejected)
+    // must not lose the result: settle at the estimate, as reserved.
+    const atEstimate = () =>
+      quietly(
+        () => budget.settle(reservation, reservation.estimateMicros),
+        () => {
+          // An unreachable ledger keeps the reservation, which counts at its estimate when it expires.
+        },
+      );
     quietly(
-      () => {
-        try {
-          return budget.settle(reservation, actualMicros);
-        } catch {
-          // An invalid actual price must not lose the result: keep the estimate, as reserved.
-          return budget.settle(reservation, reservation.estimateMicros);
-        }
-      },
-      () => {
-        // An unreachable ledger keeps the reservation, which counts at its estimate when it expires.
+      () => budget.settle(reservation, actualMicros),
+      (error) => {
+        if (error instanceof InvalidCostError) atEstimate();
       },
     );
   }

@@ -69,6 +69,14 @@ describe('--limit', () => {
     });
   });
 
+  it('refuses a window shorter than 1 ms, naming the flag', () => {
+    expect(() => parseLimit('5/0.5ms')).toThrow(CliError);
+    expect(() => parseLimit('5/0.5ms')).toThrow(
+      'Expected --limit with a window of at least 1ms, got `5/0.5ms`',
+    );
+    expect(() => parseLimit('5/1ms')).not.toThrow();
+  });
+
   it('counts other units', () => {
     expect(parseLimit('90000tokens/min')).toMatchObject({
       unit: 'tokens',

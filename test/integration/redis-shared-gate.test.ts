@@ -3,8 +3,11 @@
  * on one store play two processes), then on the real Redis (two gates, two connections).
  */
 import { afterAll, describe, expect, it } from 'vitest';
+import { MemoryLedger } from '../../src/budget/memory-ledger.js';
 import { AbortedError, GateClosedError, QueueTimeoutError, StoreUnavailableError } from '../../src/errors.js';
 import type { Inspection } from '../../src/gate/gate.js';
+import { AsyncBudgetGuard } from '../../src/redis/async-budget-guard.js';
+import { asyncLedger } from '../../src/redis/async-ledger.js';
 import { MemoryStore } from '../../src/redis/memory-store.js';
 import { createSharedGate, type SharedGate } from '../../src/redis/shared-gate.js';
 import type { Store } from '../../src/redis/store.js';
@@ -468,6 +471,24 @@ describe('shared gate on a memory store', () => {
     await flush();
     expect(g.stats().storeUp).toBe(true);
     await g.close();
+  });
+
+  it('an actual price the ledger refuses (negative) settles at the estimate, not held until expiry', async () => {
+    const { clock, store } = setup();
+    const budget = new AsyncBudgetGuard({
+      budgets: { name: 'day', limit: '$1', period: 'day' },
+      ledger: asyncLedger(new MemoryLedger()),
+      clock,
+    });
+    const gate = createSharedGate({ store, clock, budget });
+    const answer = await gate.schedule(() => 'ok', {
+      priceMicros: 100,
+      inspect: () => ({ status: 200, headers: {}, actualPriceMicros: -5 }),
+    });
+    expect(answer).toBe('ok');
+    await flush();
+    expect(await budget.spend()).toMatchObject([{ spentMicros: 100, reservedMicros: 0 }]);
+    await gate.close();
   });
 
   it('fail-closed rejects with StoreUnavailableError while the store fails, and recovers by itself', async () => {

@@ -357,7 +357,7 @@ describe('options are validated at construction', () => {
     [
       'decimal comma in the limit',
       { budgets: { limit: '0,5 EUR', period: 'day' } },
-      /`budget.limit`.*thousands separator.*"0,5 EUR"/,
+      /`budget.limit`.*a comma only between digit groups.*"0,5 EUR"/,
     ],
     [
       'misspelt period key',

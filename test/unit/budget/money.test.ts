@@ -132,7 +132,11 @@ describe('parseMoney', () => {
     ['12,345.67', 12_345_670_000],
     ['$1,000,000.50', 1_000_000_500_000],
     ['999,999 eur', 999_999_000_000],
-  ])('reads a comma as a thousands separator where one stands: %j', (text, micros) => {
+    // Indian digit grouping: groups of 2 before the last group of 3.
+    ['10,00,000 INR', 1_000_000_000_000],
+    ['1,00,000.50 inr', 100_000_500_000],
+    ['12,34,567', 1_234_567_000_000],
+  ])('reads a comma as a digit-group separator where one stands: %j', (text, micros) => {
     expect(parseMoney('limit', text).micros).toBe(micros);
   });
 
@@ -150,7 +154,7 @@ describe('parseMoney', () => {
   ])('refuses a comma anywhere else (a decimal comma is never dropped): %j', (text) => {
     const make = () => parseMoney('budget.limit', text);
     expect(make).toThrow(InvalidOptionError);
-    expect(make).toThrow(/Expected `budget\.limit` to be .*thousands separator/);
+    expect(make).toThrow(/Expected `budget\.limit` to be .*a comma only between digit groups/);
     expect(make).toThrow(JSON.stringify(text));
   });
 
