@@ -99,9 +99,13 @@ export const shopifyGraphqlCost: BodyReader = (body) => {
   return { policies: [policy] };
 };
 
-/** Throttling markers in the body, from the `bodyThrottleMarkers` table. */
-export const throttleMarkers: BodyReader = (body) =>
-  bodyThrottleMarkers.some((marker) => valuesAt(body, marker.path).some((value) => matches(marker, value)))
+/** Throttling markers in the body, from the `bodyThrottleMarkers` table, on the statuses each allows. */
+export const throttleMarkers: BodyReader = (body, context) =>
+  bodyThrottleMarkers.some(
+    (marker) =>
+      (marker.statuses === undefined || marker.statuses.has(context.status)) &&
+      valuesAt(body, marker.path).some((value) => matches(marker, value)),
+  )
     ? { throttled: true }
     : undefined;
 

@@ -34,6 +34,8 @@ const termPattern = /(\d+(?:\.\d+)?)(ns|us|µs|μs|ms|h|m|s)/y;
  * not one. `6m0s` -> 360000, `1.5s` -> 1500, `20ms` -> 20, `0` -> 0, `57.238747106s` -> 57239.
  */
 export function parseDuration(value: string): number | undefined {
+  // A non-string is no duration: untyped callers' `5` or null must not read as 0 ("no wait").
+  if (typeof value !== 'string') return undefined;
   const text = trimOws(value);
   if (text === '0') return 0;
   if (text.length === 0 || text.length > maxDurationChars) return undefined;

@@ -27,10 +27,12 @@ export const httpDateWeekdayPattern =
 
 /**
  * An HTTP-date (IMF-fixdate, RFC 850, or asctime) -> epoch ms, or undefined.
- * `nowMs` resolves RFC 850's two-digit year: a year more than 50 years in the future is read as
+ * `nowMs` resolves RFC 850's two-digit year: a date more than 50 years after `nowMs` is read in
  * the previous century (RFC 9110 §5.6.7).
  */
 export function parseHttpDate(value: string, nowMs: number): number | undefined {
+  // A non-string (null from untyped callers) is no date, like garbage text.
+  if (typeof value !== 'string') return undefined;
   const text = trimOws(value);
   if (text.length > maxDateChars) return undefined;
   let match = imfFixdate.exec(text);
@@ -41,15 +43,14 @@ export function parseHttpDate(value: string, nowMs: number): number | undefined 
   match = rfc850Date.exec(text);
   if (match !== null) {
     const [, day, month, year2, hour, minute, second] = match;
-    return utc(
-      rfc850Year(Number(year2), nowMs),
-      month,
-      Number(day),
-      Number(hour),
-      Number(minute),
-      Number(second),
-      0,
-    );
+    const at = (year: number) =>
+      utc(year, month, Number(day), Number(hour), Number(minute), Number(second), 0);
+    // RFC 9110 §5.6.7 compares instants, not years: on 2026-11-30, `31-Dec-76` read as 2076 is 50
+    // years and a month ahead, so it is 1976, though 2076 - 2026 is only 50.
+    const now = new Date(Number.isFinite(nowMs) ? nowMs : 0);
+    const year = Math.floor(now.getUTCFullYear() / 100) * 100 + Number(year2);
+    const candidate = at(year);
+    return candidate !== undefined && candidate > fiftyYearsAfter(now) ? at(year - 100) : candidate;
   }
   match = asctimeDate.exec(text);
   if (match !== null) {
@@ -68,6 +69,7 @@ const rfc3339 =
  * time names no instant.
  */
 export function parseRfc3339Date(value: string): number | undefined {
+  if (typeof value !== 'string') return undefined;
   const text = trimOws(value);
   if (text.length > maxDateChars) return undefined;
   const match = rfc3339.exec(text);
@@ -100,11 +102,11 @@ export function parseAbsoluteDate(value: string, nowMs: number): number | undefi
   return parseHttpDate(value, nowMs) ?? parseRfc3339Date(value);
 }
 
-function rfc850Year(twoDigits: number, nowMs: number): number {
-  const nowYear = new Date(Number.isFinite(nowMs) ? nowMs : 0).getUTCFullYear();
-  let year = Math.floor(nowYear / 100) * 100 + twoDigits;
-  if (year > nowYear + 50) year -= 100;
-  return year;
+/** The same calendar instant 50 years later (29 Feb rolls to 1 Mar in a common year). */
+function fiftyYearsAfter(date: Date): number {
+  const later = new Date(date.getTime());
+  later.setUTCFullYear(later.getUTCFullYear() + 50);
+  return later.getTime();
 }
 
 /** Validated UTC fields -> epoch ms. Rejects `31 Feb`, hour 24, minute 60; a leap second (60) is kept. */

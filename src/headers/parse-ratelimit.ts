@@ -22,7 +22,7 @@ import {
   type WindowRule,
   windowRules,
 } from './profiles.js';
-import { assembleWindows, type RawWindow, type TimeReference } from './quota-window.js';
+import { assembleWindows, bindsBefore, type RawWindow, type TimeReference } from './quota-window.js';
 import type { RateLimitObservation, RateLimitPolicy, RateLimitSummary } from './rate-limit-observation.js';
 
 export interface ParseRateLimitOptions {
@@ -204,27 +204,27 @@ function addField(
   resetFormats: Readonly<Record<string, ResetFormat>> | undefined,
 ): void {
   const { field: fieldText = '', key: groupKey } = groups;
-  const field = rule.fields[fieldText];
+  const field = ownValue(rule.fields, fieldText);
   const key = groupKey ?? rule.key ?? name;
   if (field === undefined) return;
   const id = `${rule.source}\u0000${key}`;
   let raw = windows.get(id);
   if (raw === undefined) {
-    const unit = rule.unit === 'from-key' ? (rule.unitAliases?.[key] ?? key) : rule.unit;
+    const unit = rule.unit === 'from-key' ? (ownValue(rule.unitAliases, key) ?? key) : rule.unit;
     raw = { source: rule.source, key, unit };
-    const windowMs = rule.windowMsByKey?.[key];
+    const windowMs = ownValue(rule.windowMsByKey, key);
     if (windowMs !== undefined) raw.windowMs = windowMs;
     if (rule.nameFromKey === true) raw.name = key;
     windows.set(id, raw);
   }
   // An override (provider documentation) beats the family's default reading of a reset.
-  const format = resetFormats?.[name] ?? rule.reset;
+  const format = ownValue(resetFormats, name) ?? rule.reset;
   switch (field) {
     case 'reset':
       raw.reset = { text: value, format };
       break;
     case 'resetAt':
-      raw.resetAt = { text: value, format: resetFormats?.[name] ?? 'auto' };
+      raw.resetAt = { text: value, format: ownValue(resetFormats, name) ?? 'auto' };
       break;
     case 'windowMs':
       raw.windowMsText = value;
@@ -242,6 +242,14 @@ function addField(
 }
 
 const maxNameChars = 128;
+
+/**
+ * `record[key]` for an own key only. Keys here come from header names: `x-ratelimit-constructor-*`
+ * must not reach `Object.prototype.constructor` through a plain-object table.
+ */
+function ownValue<T>(record: Readonly<Record<string, T>> | undefined, key: string): T | undefined {
+  return record !== undefined && Object.hasOwn(record, key) ? record[key] : undefined;
+}
 
 /**
  * The last line of defence, also for windows from user body readers: every number is a
@@ -299,16 +307,6 @@ export function bindingPolicy(observation: RateLimitObservation): RateLimitPolic
     if (binding === undefined || bindsBefore(candidate, binding)) binding = candidate;
   }
   return binding;
-}
-
-function bindsBefore(a: RateLimitPolicy, b: RateLimitPolicy): boolean {
-  if (a.remaining !== undefined && b.remaining === undefined) return true;
-  if (a.remaining === undefined && b.remaining !== undefined) return false;
-  if (a.remaining !== undefined && b.remaining !== undefined && a.remaining !== b.remaining) {
-    return a.remaining < b.remaining;
-  }
-  // Tie: the later reset binds longer; a known reset beats an unknown one.
-  return a.resetMs !== undefined && (b.resetMs === undefined || a.resetMs > b.resetMs);
 }
 
 /** The four numbers the header vectors check: the explicit wait and the binding window's numbers. */

@@ -316,6 +316,11 @@ export interface BodyThrottleMarker {
   /** Dotted path from the body root; `*` steps into every element of an array. */
   readonly path: string;
   readonly value: RegExp | number | ((value: unknown) => boolean);
+  /**
+   * The statuses on which the marker counts. Absent: any status, because a provider's own
+   * throttling code means throttling wherever it appears (P13: Shopify on 200, Linear on 400).
+   */
+  readonly statuses?: ReadonlySet<number>;
 }
 
 export const bodyThrottleMarkers: readonly BodyThrottleMarker[] = [
@@ -340,6 +345,7 @@ export const bodyThrottleMarkers: readonly BodyThrottleMarker[] = [
     value: (value) =>
       typeof value === 'string' && awsThrottleCode.test(value.slice(value.lastIndexOf('#') + 1)),
   },
-  // GitHub's secondary limits come as a 403 whose only marker is the message.
-  { path: 'message', value: /\brate limit/i },
+  // GitHub's limits come as a 403 (or 429) whose only marker is the message. Prose is no code: the
+  // same words in a validation error (`422 "rate limit must be positive"`) are not throttling.
+  { path: 'message', value: /\brate limit/i, statuses: new Set([403, 429]) },
 ];

@@ -61,7 +61,8 @@ const maxPastResetMs = 60 * 60 * 1000;
  * P10: if Limit and Remaining have the same number of members (or only Remaining is a list), zip
  * them (Brave `1, 15000` / `1, 0`); resets and policies are zipped only when their counts match
  * too (a single reset beside a list is ambiguous and is dropped). Otherwise the first bare member of
- * the Limit list is the limit (drafts <= 03, WHOOP `100, 100;window=60, 10000;window=86400`).
+ * the Limit list is the limit (drafts <= 03, WHOOP `100, 100;window=60, 10000;window=86400`) and
+ * the lowest Remaining member binds (P9).
  */
 export function assembleWindows(raw: RawWindow, time: TimeReference): RateLimitPolicy[] {
   const limits = parseListMembers(raw.limit);
@@ -90,17 +91,64 @@ export function assembleWindows(raw: RawWindow, time: TimeReference): RateLimitP
     }
     return windows;
   }
+  // P9: members that cannot be zipped one-to-one are one window reported several times (duplicated
+  // Remaining lines `5, 0` beside a single Limit): the lowest remaining binds, ties to the later
+  // reset, as between windows.
   const limit = limits[0];
-  const window = buildWindow(raw, time, {
-    limit: limit?.value,
-    remaining: remainings[0]?.value,
-    used: useds[0]?.value,
-    windowSeconds:
-      limit === undefined ? undefined : windowSecondsFor(limit, limits, parseListMembers(raw.policy)),
-    reset: raw.reset,
-    resetAfter: raw.resetAfter,
-  });
-  return window === undefined ? [] : [window];
+  const windowSeconds =
+    limit === undefined ? undefined : windowSecondsFor(limit, limits, parseListMembers(raw.policy));
+  const resetFor = resetMemberPicker(raw.reset?.text, raw.reset?.format, count, time);
+  const resetAfterFor = resetMemberPicker(raw.resetAfter, 'delta-seconds', count, time);
+  let binding: RateLimitPolicy | undefined;
+  for (let i = 0; i < Math.max(count, 1); i++) {
+    const resetText = resetFor(i);
+    const window = buildWindow(raw, time, {
+      limit: limit?.value,
+      remaining: remainings[i]?.value,
+      used: useds[0]?.value,
+      windowSeconds,
+      reset:
+        resetText === undefined || raw.reset === undefined ? undefined : { ...raw.reset, text: resetText },
+      resetAfter: resetAfterFor(i),
+    });
+    if (window !== undefined && (binding === undefined || bindsBefore(window, binding))) binding = window;
+  }
+  return binding === undefined ? [] : [binding];
+}
+
+/**
+ * The reset member that goes with Remaining member `index`: the one at the same position when the
+ * counts match, else the latest valid one (the safe side: never act before any of them says the
+ * window resets). A single reset is its own latest.
+ */
+function resetMemberPicker(
+  text: string | undefined,
+  format: ResetFormat | undefined,
+  count: number,
+  time: TimeReference,
+): (index: number) => string | undefined {
+  if (text === undefined || format === undefined) return () => undefined;
+  const members = splitFieldMembers(text);
+  if (members.length === count) return (index) => members[index];
+  let latest: { readonly text: string; readonly ms: number } | undefined;
+  for (const member of members) {
+    const ms = resetToMs(member, format, time);
+    if (ms !== undefined && (latest === undefined || ms > latest.ms)) latest = { text: member, ms };
+  }
+  return () => latest?.text;
+}
+
+/**
+ * Rule P9 between two windows: the lower remaining binds, a known remaining beating an unknown one.
+ * A tie goes to the later reset, which binds longer; a known reset beats an unknown one.
+ */
+export function bindsBefore(a: RateLimitPolicy, b: RateLimitPolicy): boolean {
+  if (a.remaining !== undefined && b.remaining === undefined) return true;
+  if (a.remaining === undefined && b.remaining !== undefined) return false;
+  if (a.remaining !== undefined && b.remaining !== undefined && a.remaining !== b.remaining) {
+    return a.remaining < b.remaining;
+  }
+  return a.resetMs !== undefined && (b.resetMs === undefined || a.resetMs > b.resetMs);
 }
 
 interface WindowParts {

@@ -186,6 +186,18 @@ describe('throttling markers in bodies (P13)', () => {
     expect(parse(body, 200).throttled).toBeUndefined();
   });
 
+  it.each([[422], [400], [200], [500]])(
+    'does not read a message that merely mentions a rate limit as throttling on %d',
+    (status) => {
+      expect(parse({ message: 'rate limit must be a positive integer' }, status).throttled).toBeUndefined();
+    },
+  );
+
+  it('reads the GitHub rate-limit message on the statuses GitHub throttles with', () => {
+    expect(parse({ message: 'API rate limit exceeded for 203.0.113.7.' }, 403).throttled).toBe(true);
+    expect(parse({ message: 'You have exceeded a secondary rate limit.' }, 429).throttled).toBe(true);
+  });
+
   it('marks status 429 and AWS x-amzn-ErrorType throttling codes', () => {
     expect(parseRateLimitHeaders(429, {}, { now }).throttled).toBe(true);
     expect(

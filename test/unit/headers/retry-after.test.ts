@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { parseRateLimitHeaders, parseRetryAfter, summarize } from '../../../src/headers/index.js';
+import {
+  parseHttpDate,
+  parseRateLimitHeaders,
+  parseRetryAfter,
+  summarize,
+} from '../../../src/headers/index.js';
 
 const now = Date.parse('2026-11-30T12:00:00.000Z');
 const date = 'Mon, 30 Nov 2026 12:00:00 GMT';
@@ -51,6 +56,16 @@ describe('parseRetryAfter', () => {
     expect(parseRetryAfter('Monday, 30-Nov-26 12:00:30 GMT', now, date)).toBe(30_000);
     // 94 is more than 50 years after 2026's century start + 26 -> 1994, long past -> 0.
     expect(parseRetryAfter('Sunday, 06-Nov-94 08:49:37 GMT', now, date)).toBe(0);
+  });
+
+  it('applies the RFC 850 50-year rule to the full date, not the year alone', () => {
+    // now is 2026-11-30T12:00Z. 2076-12-31 is more than 50 years ahead (though 2076 - 2026 = 50):
+    // it is 1976, long past.
+    expect(parseRetryAfter('Thursday, 31-Dec-76 00:00:00 GMT', now)).toBe(0);
+    expect(parseHttpDate('Monday, 30-Nov-76 12:00:01 GMT', now)).toBe(Date.UTC(1976, 10, 30, 12, 0, 1));
+    // Exactly 50 years ahead is not more than 50: it stays in 2076.
+    expect(parseHttpDate('Monday, 30-Nov-76 12:00:00 GMT', now)).toBe(Date.UTC(2076, 10, 30, 12));
+    expect(parseHttpDate('Sunday, 29-Nov-76 12:00:00 GMT', now)).toBe(Date.UTC(2076, 10, 29, 12));
   });
 
   it('reads the asctime form with its space-padded day', () => {

@@ -150,6 +150,56 @@ describe('X-RateLimit-* counts', () => {
     expect(observation.policies.map((p) => p.resetMs)).toEqual([undefined, undefined]);
   });
 
+  it('binds the lowest of duplicated Remaining lines beside one Limit, with its own reset (P9)', () => {
+    // Two field lines each, comma-joined as `Headers#get()` joins them; one Limit cannot be zipped.
+    const summary = (remaining: string, resetValue: string) =>
+      summarize(
+        parse({
+          'x-ratelimit-limit': '10',
+          'x-ratelimit-remaining': remaining,
+          'x-ratelimit-reset': resetValue,
+        }),
+      );
+    expect(summary('5, 0', '30, 60')).toEqual({
+      retryAfterMs: null,
+      remaining: 0,
+      limit: 10,
+      resetMs: 60_000,
+    });
+    expect(summary('0, 5', '30, 60')).toEqual({
+      retryAfterMs: null,
+      remaining: 0,
+      limit: 10,
+      resetMs: 30_000,
+    });
+    // A tie binds the later reset, as between windows.
+    expect(summary('0, 0', '30, 60').resetMs).toBe(60_000);
+  });
+
+  it('takes the latest reset when the resets do not pair with the Remaining members (the safe side)', () => {
+    const summary = (remaining: string, resetValue: string) =>
+      summarize(
+        parse({
+          'x-ratelimit-limit': '10',
+          'x-ratelimit-remaining': remaining,
+          'x-ratelimit-reset': resetValue,
+        }),
+      );
+    expect(summary('5, 0', '30')).toEqual({ retryAfterMs: null, remaining: 0, limit: 10, resetMs: 30_000 });
+    expect(summary('5, 0, 7', '60, 30')).toEqual({
+      retryAfterMs: null,
+      remaining: 0,
+      limit: 10,
+      resetMs: 60_000,
+    });
+    expect(summary('3', '30, 60, soon')).toEqual({
+      retryAfterMs: null,
+      remaining: 3,
+      limit: 10,
+      resetMs: 60_000,
+    });
+  });
+
   it('takes the first bare item of an expiring-limit + policies list (WHOOP, polli-00 window=)', () => {
     const [policy] = parse({
       'x-ratelimit-limit': '100, 100;window=60, 10000;window=86400',
@@ -297,6 +347,13 @@ describe('X-RateLimit-* vendors', () => {
         }),
       ),
     ).toEqual({ retryAfterMs: null, remaining: 2, limit: 10, resetMs: 3000 });
+  });
+
+  it('reads a unit infix named like an Object.prototype key as that unit', () => {
+    // `constructor` must not resolve to Object.prototype.constructor through the alias table.
+    expect(
+      parse({ 'x-ratelimit-constructor-remaining': '0', 'x-ratelimit-constructor-reset': '3600' }).policies,
+    ).toEqual([{ unit: 'constructor', remaining: 0, resetMs: 3_600_000, source: 'x-ratelimit' }]);
   });
 
   it('ignores OpenAI *_usage_based variants', () => {
