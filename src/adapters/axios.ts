@@ -73,6 +73,7 @@ import {
   setActuals,
   type TollgateRequestOptions,
 } from './request-options.js';
+import { headOf, type ResponseHead, resultOf } from './response-head.js';
 
 declare module 'axios' {
   interface AxiosRequestConfig {
@@ -203,9 +204,9 @@ export function throttleAxios(
     const retryable = !isStreamData(config.data);
     const cancel = cancellationOf(config);
     if (cancel.signal !== undefined) scheduleOptions.signal = cancel.signal;
-    scheduleOptions.inspect = ((outcome: Outcome) =>
+    scheduleOptions.inspect = ((head: ResponseHead<unknown>) =>
       inspectOutcome(
-        outcome,
+        resultOf<Outcome>(head),
         method,
         retryable,
         shared.errorBody,
@@ -214,24 +215,29 @@ export function throttleAxios(
       )) as (result: never) => Inspection | undefined | Promise<Inspection | undefined>;
 
     let last: Outcome | undefined;
-    const attempt = (): Promise<Outcome> =>
+    // The gate gets a head of each answer (status and response headers), not the response: a
+    // throttled call's RateLimitedError carries it as its cause, and an axios response holds the
+    // request's config (its authorization and x-api-key headers). See response-head.ts.
+    const headOfLast = (outcome: Outcome): ResponseHead<unknown> => {
+      last = outcome;
+      const { response } = outcome;
+      return headOf(outcome, response.status, response.statusText, response.headers);
+    };
+    const attempt = (): Promise<ResponseHead<unknown>> =>
       inner(config).then(
-        (response) => {
-          last = { response };
-          return last;
-        },
+        (response) => headOfLast({ response }),
         (error: unknown) => {
           const response = responseOf(error);
           // No response (network error, timeout, cancellation): the gate passes the error through.
           if (response === undefined) throw error;
-          last = { response, error };
-          return last;
+          return headOfLast({ response, error });
         },
       );
 
     return g.schedule(attempt, scheduleOptions).then(
-      (outcome) => {
+      (head) => {
         cancel.dispose();
+        const outcome = resultOf<Outcome>(head)!;
         if (outcome.error !== undefined) throw outcome.error;
         return outcome.response;
       },
@@ -274,7 +280,7 @@ export function throttleAxios(
 }
 
 function inspectOutcome(
-  outcome: Outcome,
+  outcome: Outcome | undefined,
   method: string,
   retryable: boolean,
   errorBody: NormalizedErrorBody | undefined,

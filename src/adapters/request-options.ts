@@ -158,6 +158,13 @@ function checkErrorBody(value: unknown): NormalizedErrorBody | undefined {
     o['timeoutMs'] === undefined
       ? errorBodyDefaults.timeoutMs
       : integer('errorBody.timeoutMs', o['timeoutMs'], 0);
+  // A Node timer keeps at most 2^31 - 1 ms; a longer one fires at once, and the body goes unread.
+  if (timeoutMs > 2 ** 31 - 1)
+    throw invalid(
+      'errorBody.timeoutMs',
+      'an integer of ms from 0 to 2147483647 (about 24.8 days)',
+      timeoutMs,
+    );
   return maxBytes === 0 ? undefined : Object.freeze({ maxBytes, timeoutMs });
 }
 

@@ -132,6 +132,42 @@ export function learnedSpec(policy: RateLimitPolicy): LimitSpec | undefined {
   return { algorithm: 'sliding-log', limit: policy.limit, intervalMs: policy.windowMs, unit: policy.unit };
 }
 
+/**
+ * The limits a response teaches: one per unit and window, the tightest stated (a response may list
+ * a per-user and a per-organisation policy over the same window; the lower limit binds).
+ */
+export function learnedPolicies(
+  observation: RateLimitObservation,
+): { readonly policy: RateLimitPolicy; readonly spec: LimitSpec }[] {
+  const byWindow = new Map<string, { policy: RateLimitPolicy; spec: LimitSpec }>();
+  for (const policy of observation.policies) {
+    const spec = learnedSpec(policy);
+    if (spec === undefined) continue;
+    const id = `${spec.unit}|${spec.intervalMs}`;
+    const seen = byWindow.get(id);
+    const tighter =
+      seen === undefined ||
+      spec.limit < seen.spec.limit ||
+      (spec.limit === seen.spec.limit &&
+        (policy.remaining ?? spec.limit) < (seen.policy.remaining ?? seen.spec.limit));
+    if (tighter) byWindow.set(id, { policy, spec });
+  }
+  return [...byWindow.values()];
+}
+
+/**
+ * How long ago the provider's current window of `policy` began, when its reset says so (a window
+ * of `intervalMs` that resets in `resetMs` began `intervalMs - resetMs` ago); 0 when unknown. The
+ * units the provider says are used are seeded that far back, so they leave the learned limit at
+ * the provider's reset rather than a whole window after the response.
+ */
+export function seedAgeMs(policy: RateLimitPolicy, spec: LimitSpec): number {
+  const intervalMs = spec.intervalMs ?? 0;
+  const resetMs = policy.resetMs;
+  if (resetMs === undefined || !(resetMs >= 0) || !(resetMs < intervalMs)) return 0;
+  return intervalMs - resetMs;
+}
+
 /** True when `core` already admits no more than `spec` over its window (so `spec` would not tighten it). */
 export function isAtLeastAsTight(core: LimitCore, spec: LimitSpec): boolean {
   if (core.unit !== (spec.unit ?? 'requests') || !core.timed) return false;

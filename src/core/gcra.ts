@@ -24,8 +24,10 @@ export function emissionIntervalMs(limit: number, intervalMs: number): number {
 }
 
 /**
- * Earliest `t >= now` at which `cost` conforms. Assumes `cost·T <= toleranceMs` (callers turn a
- * larger cost into Infinity first: it never conforms).
+ * Earliest `t >= now` at which `cost` conforms: `max(TAT - (τ - cost·T), now)`. A cost with
+ * `cost·T > τ` never conforms in the strict sense; callers turn it into Infinity first, except a
+ * token bucket whose capacity exceeds its burst (see `createTokenBucket`): there the slack is
+ * negative and the answer is `(cost·T - τ)` after the TAT, i.e. that long beyond a full bucket.
  */
 export function gcraEarliestAt(
   tatMs: number,
@@ -37,6 +39,7 @@ export function gcraEarliestAt(
   // For t >= TAT the test reads cost·T <= τ, true by assumption. For t < TAT it reads
   // TAT + cost·T - t <= τ, i.e. t >= TAT - slackMs with slackMs = τ - cost·T (ms = ms - units × ms/unit).
   // Computing the slack first keeps it exactly 0 when τ was computed as cost·T (leaky bucket).
+  // A negative slack (cost·T > τ) puts the start after the TAT, by the units the bucket cannot hold.
   const slackMs = toleranceMs - cost * emissionIntervalMs;
   const atMs = tatMs - slackMs;
   return Math.max(atMs, now);
@@ -53,6 +56,8 @@ export function gcraTake(tatMs: number, cost: number, emissionIntervalMs: number
  * The TAT after giving back `cost`: `TAT - cost·T`. For the most recent take this is
  * `max(TAT_before, at)`, which behaves exactly like `TAT_before` from `at` on; a reservation made
  * by `earliestAt` in the future always satisfies `at <= TAT_before`, so cancelling it is exact.
+ * (Except a cost above the tolerance, which starts after `TAT_before`: its refund leaves the TAT at
+ * its start, later than before, so it never gives back more than was taken.)
  * A TAT pushed below `now` is harmless: `max(TAT, t)` never lets a bucket fill beyond full.
  */
 export function gcraRefund(tatMs: number, cost: number, emissionIntervalMs: number): number {

@@ -27,6 +27,8 @@ export interface ServerQuotaState {
   spanMs: number;
   /** `'spread'` pacing: ms per unit so the allowance lasts until the reset; 0 for `'burst'`. */
   spacingMs: number;
+  /** `'spread'` pacing: a renewed window is spread too (even when the last one ended at 0). */
+  spread: boolean;
   /** `'spread'` pacing: earliest next start. */
   nextAt: number;
   /** Start number of the call whose response set this state; older responses are stale. */
@@ -65,7 +67,7 @@ function roll(state: ServerQuotaState, now: number): void {
   if (now < state.resetAt || !renews(state)) return;
   state.resetAt = renewedResetAt(state, now);
   state.allowance = state.limit!;
-  state.spacingMs = state.spacingMs > 0 ? state.spanMs / state.limit! : 0;
+  state.spacingMs = state.spread ? state.spanMs / state.limit! : 0;
 }
 
 export function createServerQuota(unit: string): LimitCore<ServerQuotaState> {
@@ -90,6 +92,7 @@ export function createServerQuota(unit: string): LimitCore<ServerQuotaState> {
       limit: undefined,
       spanMs: 0,
       spacingMs: 0,
+      spread: false,
       nextAt: now,
       seq: 0,
       refillPerMs: 0,

@@ -8,7 +8,8 @@ import {
   aimdOnThrottle,
   aimdOnTick,
   isAtLeastAsTight,
-  learnedSpec,
+  learnedPolicies,
+  seedAgeMs,
   verdictFor,
 } from '../core/adaptation.js';
 import { createLimit } from '../core/create-limit.js';
@@ -49,6 +50,7 @@ import {
   checkInspect,
   checkKey,
   checkMaxQueueTimeMs,
+  checkOptionNames,
   checkPriceMicros,
   checkPriority,
   checkSignal,
@@ -538,6 +540,7 @@ export class Gate {
     let priority = 0;
     let maxQueueTimeMs = this.maxQueueTimeMs;
     try {
+      checkOptionNames(o);
       const { cost, key, inspect } = o;
       if (cost !== undefined) {
         gcosts = this.costsFor(cost, this.globalCores);
@@ -1873,16 +1876,22 @@ export class Gate {
       if (previous !== undefined && previous.seq > call.seq) continue;
       const unseen = (p.cum?.get(unit) ?? 0) - (call.mark?.get(unit) ?? 0);
       const allowance = policy!.remaining! - unseen;
-      const resetAt = now + policy!.resetMs!;
+      // A reset further away than maxRetryAfterMs holds calls no longer than that cap, as a
+      // Retry-After does (never sleep for a day): then the next call asks the provider again, and
+      // its answer (a 429 past the cap refuses it with RateLimitedError) decides. Such a quota is
+      // not renewed at its capped reset: that would send a whole window at once.
+      const capped = policy!.resetMs! > adapt.maxRetryAfterMs;
+      const resetAt = now + Math.min(policy!.resetMs!, adapt.maxRetryAfterMs);
       const state: ServerQuotaState = {
         allowance,
         resetAt,
-        limit: policy!.limit,
+        limit: capped ? undefined : policy!.limit,
         // The window to renew with: stated, else the longest reset span seen (a response early in
         // a window shows nearly all of it).
-        spanMs: policy!.windowMs ?? Math.max(previous?.spanMs ?? 0, policy!.resetMs!),
-        // spread: ms per unit so what is left lasts until the reset.
+        spanMs: capped ? 0 : (policy!.windowMs ?? Math.max(previous?.spanMs ?? 0, policy!.resetMs!)),
+        // spread: ms per unit so what is left lasts until the (real) reset.
         spacingMs: adapt.pacing === 'spread' && allowance > 0 ? policy!.resetMs! / allowance : 0,
+        spread: adapt.pacing === 'spread',
         nextAt: previous?.nextAt ?? now,
         seq: call.seq,
         // Providers whose reset means "full again" are token buckets: refill continuously.
@@ -1896,9 +1905,7 @@ export class Gate {
       changed = true;
     }
     if (adapt.learn) {
-      for (const policy of observation.policies) {
-        const spec = learnedSpec(policy);
-        if (spec === undefined) continue;
+      for (const { policy, spec } of learnedPolicies(observation)) {
         if ([...this.globalCores, ...this.keyCores].some((core) => isAtLeastAsTight(core, spec))) continue;
         const id = `learned:${spec.unit}:${spec.intervalMs}`;
         const index = p.extra?.ids.indexOf(id) ?? -1;
@@ -1912,10 +1919,14 @@ export class Gate {
         let state = index >= 0 ? p.extra!.states[index] : core.initial(now);
         if (index < 0) {
           // Calls sent before the limit was known count in its first window: what the server
-          // says is used, plus what we sent after this call that it had not yet seen.
+          // says is used, counted from the start of the provider's window (so it leaves at the
+          // provider's reset, not a whole window from now), plus what we sent after this call
+          // that it had not yet seen, counted now.
           const unseen = (p.cum?.get(spec.unit!) ?? 0) - (call.mark?.get(spec.unit!) ?? 0);
-          const used = spec.limit - (policy.remaining ?? spec.limit) + unseen;
-          if (used > 0) state = core.take(state, Math.min(used, core.capacity), now);
+          const used = Math.min(spec.limit - (policy.remaining ?? spec.limit), core.capacity);
+          if (used > 0) state = core.take(state, used, now - seedAgeMs(policy, spec));
+          const recent = Math.min(unseen, core.capacity - Math.max(used, 0));
+          if (recent > 0) state = core.take(state, recent, now);
         }
         this.setExtra(p, id, core, state);
         this.limitsEvents.emit({

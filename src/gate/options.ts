@@ -4,6 +4,7 @@ import { systemClock } from '../clock.js';
 import { type AdaptOptions, defaultAdaptOptions } from '../core/adaptation.js';
 import { createLimit } from '../core/create-limit.js';
 import type { LimitCore, LimitSpec } from '../core/limit.js';
+import { createTokenBucket } from '../core/token-bucket.js';
 import { finiteNumber, integer, integerOrInfinity, invalid, oneOf, plainObject } from '../validate.js';
 
 export interface GateOptions {
@@ -52,7 +53,9 @@ export interface GateOptions {
    * Safety margin, in ms, between the client's clock and the provider's: providers count a
    * request when it arrives, and the first one of a run can arrive tens of ms after it was sent.
    * When it is above 0:
-   * - token buckets leave `rate × margin` of their burst unused;
+   * - token buckets leave `rate × margin` of their burst unused (rounded up to whole units); a call
+   *   may still cost up to the whole burst, and starts once the bucket has been full for as long as
+   *   the units it costs beyond what is left take to refill;
    * - fixed, sliding-log and sliding windows count each call from the moment it settles (its
    *   response came back, so the provider had counted it by then) rather than from its start, but
    *   never later than `max(margin, intervalMs / 10)` after its start, so slow responses cost at
@@ -171,9 +174,15 @@ export function buildCores(value: unknown, path: string, arrivalMarginMs = 0): L
  * The same limit, kept `marginMs` on the safe side of the provider's clock. The provider counts a
  * request when it arrives, the client when it sends; the first request of a run can take tens of
  * ms longer to arrive (a new connection), which shifts the provider's bucket later than the
- * client's. A token bucket leaves `rate · margin` units of its burst unused. Window limits keep
- * their interval: the gate moves each call's entry to the time its response came back instead
- * (see `Gate.recount`). Leaky buckets and concurrency are unchanged.
+ * client's. A token bucket starts calls about `marginMs` later than its own arithmetic says: its
+ * spec gets the smaller burst `burst′ = max(1, floor(burst - rate·margin))` (the tolerance:
+ * `rate·margin` units, rounded up, are left unused), and its capacity stays the configured `burst`,
+ * so no cost the configured bucket admits is refused (see `createTokenBucket`):
+ * - a call costing `c <= burst′` is timed exactly as by a bucket of `burst′`;
+ * - one costing `burst′ < c <= burst` starts `(c - burst′)·T` after that bucket is full, or at once
+ *   when it has been full that long already (after a quiet spell, or on a fresh bucket).
+ * Window limits keep their interval: the gate moves each call's entry to the time its response
+ * came back instead (see `Gate.recount`). Leaky buckets and concurrency are unchanged.
  */
 function withArrivalMargin(core: LimitCore, marginMs: number, path: string): LimitCore {
   const spec = core.spec;
@@ -181,7 +190,9 @@ function withArrivalMargin(core: LimitCore, marginMs: number, path: string): Lim
     case 'token-bucket': {
       // units = units/ms * ms; keep at least one unit of burst.
       const burst = Math.max(1, Math.floor(spec.burst - (spec.limit / spec.intervalMs) * marginMs));
-      return burst === spec.burst ? core : createLimit({ ...spec, burst }, path);
+      return burst === spec.burst
+        ? core
+        : createTokenBucket({ ...spec, algorithm: 'token-bucket', burst }, path, spec.burst);
     }
     default:
       return core;

@@ -7,6 +7,28 @@ import type { ScheduleOptions } from './gate.js';
 // caller) and returns it typed; none allocates, so `Gate.schedule` can call them per call.
 // Not exported from index.ts: internal to the gates.
 
+const optionNames = new Set([
+  'cost',
+  'key',
+  'priority',
+  'signal',
+  'maxQueueTimeMs',
+  'inspect',
+  'priceMicros',
+]);
+
+/** Every option named is one `schedule` knows: a misspelled `cots` must not run at the default cost. */
+export function checkOptionNames(options: object): void {
+  for (const name in options) {
+    if (!optionNames.has(name))
+      throw invalid(
+        `options.${name}`,
+        `one of the known options (${[...optionNames].join(', ')})`,
+        (options as Record<string, unknown>)[name],
+      );
+  }
+}
+
 export function checkPriority(priority: unknown): number {
   if (!Number.isSafeInteger(priority)) throw invalid('priority', 'an integer', priority);
   return priority as number;

@@ -12,7 +12,11 @@ import type {
 } from '../budget/ledger.js';
 
 export interface AsyncLedger {
-  /** As `Ledger.reserve`: all budgets or none, atomically across processes; durable once resolved. */
+  /**
+   * As `Ledger.reserve`: all budgets or none, atomically across processes; durable once resolved.
+   * A reserve that rejects (no answer in time, a lost connection) must end up holding nothing,
+   * even if the ledger applies it late: the caller sends nothing and never releases it.
+   */
   reserve(entries: readonly LedgerEntry[], now: number): Promise<LedgerReserveResult>;
   settle(reservationId: string, actualMicros: number, now: number): Promise<LedgerSettleResult>;
   release(reservationId: string, now: number): Promise<LedgerSettleResult>;

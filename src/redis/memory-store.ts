@@ -1,8 +1,9 @@
 import { type Clock, systemClock } from '../clock.js';
 import { createLimit } from '../core/create-limit.js';
 import type { Algorithm, LimitCore, LimitSpec } from '../core/limit.js';
-import type { NormalizedLimitSpec } from '../core/normalize-limit-spec.js';
+import type { NormalizedLimitSpec, SpecFor } from '../core/normalize-limit-spec.js';
 import { countsWindow, recountState } from '../core/recount.js';
+import { createTokenBucket } from '../core/token-bucket.js';
 import { unitCost } from '../gate/schedule-options.js';
 import { integer, invalid, plainObject } from '../validate.js';
 import type {
@@ -15,6 +16,7 @@ import type {
   StorePauseEvent,
   StoreReservation,
 } from './store.js';
+import { seedAge } from './store.js';
 
 export interface MemoryStoreOptions {
   /** Time source (ms). @default systemClock */
@@ -47,15 +49,43 @@ interface PartitionState {
 const MAX_PAUSE_MS = 1e15;
 
 const cores = new WeakMap<NormalizedLimitSpec, LimitCore>();
+/** Token buckets whose capacity exceeds their burst (`StoreLevel.capacity`): spec -> capacity -> core. */
+const widerCores = new WeakMap<NormalizedLimitSpec, Map<number, LimitCore>>();
 
-/** The core of a normalized spec, built once per spec object. */
-export function coreOf(spec: NormalizedLimitSpec): LimitCore {
+/**
+ * The largest cost `level` admits: its `capacity` when it has one (checked: a token bucket's, an
+ * integer >= its burst), else its spec's (`burst` for a token bucket, `limit` otherwise).
+ */
+export function levelCapacity(level: StoreLevel): number {
+  const { spec, capacity } = level;
+  const own = spec.algorithm === 'token-bucket' ? spec.burst : spec.limit;
+  if (capacity === undefined || capacity === own) return own;
+  if (spec.algorithm !== 'token-bucket')
+    throw invalid('level.capacity', `omitted (only a token bucket's may exceed its burst)`, capacity);
+  return integer('level.capacity', capacity, own);
+}
+
+/** The core of a level, built once per spec object (and capacity, for a wider token bucket). */
+export function coreOf(level: StoreLevel): LimitCore {
+  const spec = level.spec;
   let core = cores.get(spec);
   if (core === undefined) {
     core = createLimit(spec, 'level');
     cores.set(spec, core);
   }
-  return core;
+  if (level.capacity === undefined || level.capacity === core.capacity) return core;
+  const capacity = levelCapacity(level);
+  let byCapacity = widerCores.get(spec);
+  if (byCapacity === undefined) {
+    byCapacity = new Map();
+    widerCores.set(spec, byCapacity);
+  }
+  let wider = byCapacity.get(capacity);
+  if (wider === undefined) {
+    wider = createTokenBucket(spec as SpecFor<'token-bucket'>, 'level', capacity);
+    byCapacity.set(capacity, wider);
+  }
+  return wider;
 }
 
 /** A level's state name: same id, algorithm, interval and unit share the state (limit may change). */
@@ -194,7 +224,7 @@ export class MemoryStore implements Store {
     const names: string[] = [];
     const charges: number[] = [];
     for (let i = 0; i < levels.length; i++) {
-      cores.push(coreOf(levels[i]!.spec));
+      cores.push(coreOf(levels[i]!));
       names.push(levelName(levels[i]!));
       charges.push(costs[i]!);
     }
@@ -280,7 +310,7 @@ export class MemoryStore implements Store {
       this.put(p, name, core, core.refund(state, cost, at, now), now);
     };
     reservation.levels.forEach((level, i) => {
-      give(coreOf(level.spec), levelName(level), reservation.costs[i]!, reservation.marks[i]!);
+      give(coreOf(level), levelName(level), reservation.costs[i]!, reservation.marks[i]!);
     });
     const learned = p.learned.get(reservation.scope);
     for (const { id, cost, mark } of reservation.learned) {
@@ -308,7 +338,7 @@ export class MemoryStore implements Store {
       const name = levelName(levels[i]!);
       const state = p.states.get(name);
       if (state === undefined) continue;
-      const core = coreOf(spec);
+      const core = coreOf(levels[i]!);
       this.put(p, name, core, recountState(core, state, cost, startAt, marginMs, now), now);
     }
     this.dropIfEmpty(reservation.partition, p, now);
@@ -378,7 +408,7 @@ export class MemoryStore implements Store {
     if (!live && seed > 0) {
       const name = `L:${scope}:${id}`;
       const state = p.states.get(name) ?? core.initial(now);
-      this.put(p, name, core, core.take(state, seed, now), now);
+      this.put(p, name, core, core.take(state, seed, now - seedAge(options)), now);
     }
     return true;
   }

@@ -37,13 +37,21 @@ function loadIoredis(): RedisConstructor {
  */
 export function connectRedis(url: string): Redis {
   const Ctor = loadIoredis();
-  return new Ctor(url, {
-    enableAutoPipelining: false,
-    maxRetriesPerRequest: 1,
-    retryStrategy: (times: number) => Math.min(times * 50, 1000),
-    // The store's own command timeout decides when Redis is "down"; keep ioredis from logging.
-    showFriendlyErrorStack: false,
-  });
+  try {
+    return new Ctor(url, {
+      enableAutoPipelining: false,
+      maxRetriesPerRequest: 1,
+      retryStrategy: (times: number) => Math.min(times * 50, 1000),
+      // The store's own command timeout decides when Redis is "down"; keep ioredis from logging.
+      showFriendlyErrorStack: false,
+    });
+  } catch (error) {
+    // Neither the URL (it may hold a password) nor the parser's error (which quotes it) is shown.
+    throw new InvalidOptionError(
+      'redis',
+      `Expected \`redis\` to be a redis:// URL that can be parsed (${(error as { code?: string })?.code ?? 'invalid URL'}); the URL is not shown, it may hold a password.`,
+    );
+  }
 }
 
 /** A Lua script with its SHA-1, run with EVALSHA and loaded on NOSCRIPT. */

@@ -12,8 +12,9 @@
  *   :h:<wid>   hash  reservation id -> 'micros at expiresAt'   (holds in flight)
  *   :g:<wid>   zset  'reservation id:micros' scored by at      (rolling: settled spend by time)
  *   :b:<bid>   set   window ids of one budget;   :i   set   every window id (snapshots, reset)
- *   :r:<id>    string  the window ids a reservation holds;    :seq   reservation counter
- *   (an id is 'r<counter>.<server seconds>.<microseconds>')
+ *   :r:<id>    string  the window ids a reservation holds
+ *   :x:<id>    string  a tombstone: released before its reserve ran (see LEDGER_SETTLE_LUA)
+ *   (an id is chosen by the client, see `redis-ledger.ts`: no ':' and no space)
  * Money is integer micro-units; every number is passed as a `%.17g` string (exact below 2^53).
  */
 
@@ -140,18 +141,25 @@ end
 `;
 
 /**
- * Reserve an estimate on every entry's budget, all or nothing.
- * KEYS: the ledger tag key. ARGV: now, count, then 9 values per entry: budgetId, budget hash, window
- * id, windowStart, windowEnd, rollingMs ('' for calendar), limit, estimate, expiresAt.
+ * Reserve an estimate on every entry's budget, all or nothing, under the id the client chose.
+ * KEYS: the ledger tag key. ARGV: now, reservation id, count, then 9 values per entry: budgetId,
+ * budget hash, window id, windowStart, windowEnd, rollingMs ('' for calendar), limit, estimate,
+ * expiresAt.
  * Reply: {1, reservationId, (budgetId, spent, reserved, limit)...} or
- *   {0, budgetId, spent, reserved, limit, estimate, resetAt, retryAt} ('inf' for Infinity).
+ *   {0, budgetId, spent, reserved, limit, estimate, resetAt, retryAt} ('inf' for Infinity), or
+ *   {2}: the id was released before this reserve ran (a tombstone); nothing changed.
+ * The same id twice (a command re-sent after its reply was lost) holds once: the second run
+ * answers the first's reservation with the current totals.
  */
 export const LEDGER_RESERVE_LUA = `${LEDGER_LUA}
 local now = tonumber(ARGV[1])
-local count = tonumber(ARGV[2])
+local id = ARGV[2]
+local count = tonumber(ARGV[3])
+-- Released before it ran (its client gave up on it and the release overtook it): never stands.
+if redis.call('EXISTS', P .. ':x:' .. id) == 1 then return { 2 } end
 local entries = {}
 for i = 1, count do
-  local a = 2 + (i - 1) * 9
+  local a = 3 + (i - 1) * 9
   local rm = nil
   if ARGV[a + 6] ~= '' then rm = tonumber(ARGV[a + 6]) end
   entries[i] = {
@@ -159,6 +167,19 @@ for i = 1, count do
     we = tonumber(ARGV[a + 5]), rm = rm, limit = tonumber(ARGV[a + 7]), est = tonumber(ARGV[a + 8]),
     exp = tonumber(ARGV[a + 9]),
   }
+end
+
+if redis.call('EXISTS', P .. ':r:' .. id) == 1 then
+  -- Ran before: answer the reservation it made (a window dropped since answers zeros).
+  local reply = { 1, id }
+  for _, e in ipairs(entries) do
+    local win = windowOf(e.wid)
+    reply[#reply + 1] = e.id
+    reply[#reply + 1] = fmt(win and win.s or 0)
+    reply[#reply + 1] = fmt(win and win.r or 0)
+    reply[#reply + 1] = fmt(win and win.l or e.limit)
+  end
+  return reply
 end
 
 for _, e in ipairs(entries) do
@@ -203,11 +224,6 @@ for _, e in ipairs(entries) do
   end
 end
 
--- The counter expires with the ledger's keys (an hour idle at least): the server's time makes an
--- id unique across such restarts, so a settle held by a process from before one can never settle
--- a newer reservation that drew the same number.
-local t = redis.call('TIME')
-local id = 'r' .. redis.call('INCR', P .. ':seq') .. '.' .. t[1] .. '.' .. t[2]
 local reply = { 1, id }
 local held = {}
 local ttl = 0
@@ -224,13 +240,14 @@ for _, e in ipairs(entries) do
   reply[#reply + 1] = fmt(e.limit)
 end
 redis.call('SET', P .. ':r:' .. id, table.concat(held, ' '), 'PX', math.ceil(ttl))
-extend(P .. ':seq', ttl)
 return reply
 `;
 
 /**
  * Settle (ARGV[3] = actual micros) or release (ARGV[3] = '') a reservation.
- * KEYS: the ledger tag key. ARGV: now, reservation id, actual.
+ * KEYS: the ledger tag key. ARGV: now, reservation id, actual, and tombstone ms ('' for none): a
+ * release for a reserve whose answer never came (see `redis-ledger.ts` cancel) first leaves a
+ * tombstone for that long, so that the reserve, should it run later, holds nothing.
  * Reply: {found (0/1), (budgetId, spent, reserved, limit)...}, or {-1, budgetId}: the actual cost
  * would take that budget's spent + reserved past 2^53 - 1 micros; nothing changed.
  */
@@ -239,6 +256,9 @@ local now = tonumber(ARGV[1])
 local id = ARGV[2]
 local actual = nil
 if ARGV[3] ~= '' then actual = tonumber(ARGV[3]) end
+if ARGV[4] ~= nil and ARGV[4] ~= '' then
+  redis.call('SET', P .. ':x:' .. id, '1', 'PX', math.ceil(tonumber(ARGV[4])))
+end
 local rec = redis.call('GET', P .. ':r:' .. id)
 if not rec then return { 0 } end
 -- Every window first: a charge that would take spent + reserved past 2^53 - 1 (the exact range,

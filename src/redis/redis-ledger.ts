@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type {
   LedgerEntry,
   LedgerReserveResult,
@@ -38,6 +39,17 @@ const scripts = {
   reset: loadedScript('ledger reset', LEDGER_RESET_LUA),
 };
 
+/**
+ * How long a tombstone keeps a released id from being reserved (ms): an hour, the grace the
+ * ledger's keys get. A reserve re-sent by ioredis goes out when the connection is back, before
+ * anything sent after it; one redirected by a Cluster comes within its retry delays (ms to s).
+ */
+const TOMBSTONE_MS = 3_600_000;
+// A release whose command failed (no connection, queue flushed) is sent again after this, doubling
+// up to the cap (ms), until Redis answers it or the ledger closes.
+const CANCEL_RETRY_MS = 50;
+const CANCEL_RETRY_CAP_MS = 1_000;
+
 const num = (value: unknown): number => {
   const text = String(value);
   return text === 'inf' ? Infinity : Number(text);
@@ -57,6 +69,14 @@ export class RedisLedger implements AsyncLedger {
   private readonly runner: CommandRunner;
   private readonly tagKey: string;
   private readonly digests = new DigestCache();
+  /**
+   * Reservation ids are `<idPrefix><counter in base 36>`: 96 random bits per ledger, so ids are
+   * unique across processes and restarts without asking Redis, and carry nothing of the caller.
+   */
+  private readonly idPrefix = `${randomBytes(12).toString('base64url')}.`;
+  private idCount = 0;
+  /** Releases of unanswered reserves waiting to be sent again (see `cancel`), by reservation id. */
+  private readonly cancelling = new Map<string, { now: number; timer: ReturnType<typeof setTimeout> }>();
   private closed = false;
 
   constructor(options: RedisLedgerOptions) {
@@ -87,7 +107,16 @@ export class RedisLedger implements AsyncLedger {
 
   async reserve(entries: readonly LedgerEntry[], now: number): Promise<LedgerReserveResult> {
     this.checkOpen();
-    const args: string[] = [String(now), String(entries.length)];
+    // Chosen here, not in Redis: a reserve whose answer never comes can still be released by id.
+    const id = this.idPrefix + (this.idCount++).toString(36);
+    const args: (string | number)[] = [
+      scripts.reserve.sha,
+      1,
+      this.tagKey,
+      String(now),
+      id,
+      String(entries.length),
+    ];
     for (const entry of entries) {
       const { start, end } = windowKey(entry);
       const bid = this.digests.get(entry.budgetId);
@@ -103,10 +132,24 @@ export class RedisLedger implements AsyncLedger {
         String(entry.expiresAt),
       );
     }
-    const reply = (await this.runner.evalsha(scripts.reserve, 1, [this.tagKey, ...args])) as (
-      | string
-      | number
-    )[];
+    const reply = await new Promise<(string | number)[]>((resolve, reject) => {
+      this.runner.evalshaArgs(
+        scripts.reserve,
+        args,
+        (answer) => resolve(answer as (string | number)[]),
+        (error) => {
+          // No answer in time, a lost connection, the ledger closing, an error: the caller sends
+          // nothing, but the script may have run, or still run (late, or re-sent by ioredis after a
+          // reconnect). Release the id now, from inside the failure (so before a closing QUIT).
+          this.cancel(id, now);
+          reject(error);
+        },
+      );
+    });
+    if (reply[0] === 2) {
+      // Released before it ran: only a reserve given up on is released so, never one awaited here.
+      throw new StoreUnavailableError(`Redis ledger reservation ${id} was released before it ran`);
+    }
     if (reply[0] !== 1) {
       return {
         ok: false,
@@ -162,8 +205,62 @@ export class RedisLedger implements AsyncLedger {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // Reserves in flight fail now and send their releases, ahead of the QUIT; releases waiting to
+    // be sent again go once more, now (after the QUIT nothing could send them).
     this.runner.abandon();
+    for (const [id, pending] of this.cancelling) {
+      clearTimeout(pending.timer);
+      this.cancelling.delete(id);
+      this.cancel(id, pending.now);
+    }
     if (this.ownsClient) await this.runner.quit();
+  }
+
+  /**
+   * Release reservation `id`, whose reserve got no answer, and leave a tombstone (`TOMBSTONE_MS`)
+   * so that the reserve holds nothing if it runs after this. A release of an id never reserved
+   * changes nothing else.
+   *
+   * Order. On one connection Redis runs commands as they were written, and ioredis writes them in
+   * call order: a release sent after its reserve runs after it. When the connection drops, ioredis
+   * re-sends the commands written and not answered (`autoResendUnfulfilledCommands`) before its
+   * offline queue, where this release waits: still after. That order does not always hold, hence
+   * the tombstone and the retries: (1) a queue flush (`maxRetriesPerRequest`) rejects the offline
+   * queue, this release with it, while a reserve written on a connection that died can stay in
+   * ioredis's re-send queue (kept once a reconnect got as far as a TCP connection) and go out
+   * later; this release, sent again until Redis answers it, then goes out after that re-send
+   * (ioredis re-sends before anything else when a connection is ready); (2) a Cluster client sends
+   * a redirected or TRYAGAIN command again after a delay, behind commands sent later.
+   *
+   * Sent with EVAL (the script's text): no NOSCRIPT round trip, and no command timeout, which
+   * would drop it; it goes even after `close()` began (from `abandon`). Retries stop once closed.
+   */
+  private cancel(id: string, now: number, delayMs = CANCEL_RETRY_MS): void {
+    this.runner.commands++;
+    (
+      this.client.call('EVAL', [
+        LEDGER_SETTLE_LUA,
+        1,
+        this.tagKey,
+        String(now),
+        id,
+        '',
+        String(TOMBSTONE_MS),
+      ]) as Promise<unknown>
+    ).then(
+      () => {},
+      () => {
+        if (this.closed) return;
+        const timer = setTimeout(() => {
+          this.cancelling.delete(id);
+          this.cancel(id, now, Math.min(delayMs * 2, CANCEL_RETRY_CAP_MS));
+        }, delayMs);
+        // A release still unsent must not keep the process alive (a hold left by a process that
+        // exits counts at its estimate once it expires, as for a process that died).
+        timer.unref?.();
+        this.cancelling.set(id, { now, timer });
+      },
+    );
   }
 
   private async apply(reservationId: string, actual: string, now: number): Promise<LedgerSettleResult> {

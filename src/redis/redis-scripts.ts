@@ -21,7 +21,8 @@
  *   permits gives them back when its leases expire.
  *
  * Level arguments are five values each: algorithm code (`tb lb fw sl sw cc`), limit, intervalMs,
- * burst, cost.
+ * burst, cost. The burst of a token bucket whose capacity exceeds it (`StoreLevel.capacity`, a
+ * bucket kept on the safe side by an arrival margin) is sent as `burst:capacity`.
  */
 
 // Shared helpers and the six algorithms, prepended to the scripts that need them.
@@ -45,26 +46,40 @@ local function ttlUntil(idleAt, now)
   return ttl
 end
 
--- A level: { algo, limit, I, burst, cost, key, T, tol, cap }
-local function level(algo, limit, I, burst, cost, key)
-  local L = { algo = algo, limit = limit, I = I, burst = burst, cost = cost, key = key, cap = limit }
+-- A level: { algo, limit, I, burst, cost, key, T, tol, cap, full }. capacity: a token bucket's
+-- largest cost when it exceeds the burst (nil: the burst); see core/token-bucket.ts for full.
+local function level(algo, limit, I, burst, cost, key, capacity)
+  local L = { algo = algo, limit = limit, I = I, burst = burst, cost = cost, key = key, cap = limit, full = 0 }
   if algo == 'tb' or algo == 'lb' then
     -- core/gcra.ts emissionIntervalMs: T (ms/unit) = intervalMs / limit
     L.T = I / limit
     if algo == 'tb' then
       L.tol = burst * L.T
-      L.cap = burst
+      L.cap = capacity or burst
+      -- full (ms) = (capacity - burst) × T: a full bucket's TAT lies that long before now.
+      L.full = (L.cap - burst) * L.T
     end
   end
   return L
+end
+
+-- A level's burst argument: 'burst', or 'burst:capacity' for a token bucket whose capacity exceeds
+-- its burst. Answers the burst and the capacity (nil when not given).
+local function burstArg(text)
+  local burst, capacity = string.match(text, '^([^:]*):(.*)$')
+  if burst then return tonumber(burst), tonumber(capacity) end
+  return tonumber(text), nil
 end
 
 ------------------------------------------------------------------------------------------------
 -- GCRA (token bucket, leaky bucket): state is the TAT.
 local function gcraEarliest(L, tat, cost, now)
   if cost > L.cap then return INF end
+  -- core/token-bucket.ts: full for L.full or longer, any cost up to the capacity starts now.
+  if tat <= now - L.full then return now end
   local tol = L.tol
   if L.algo == 'lb' then tol = cost * L.T end
+  -- Negative for a cost above the burst (a capacity above it): the start comes after the TAT.
   local slackMs = tol - cost * L.T
   local atMs = tat - slackMs
   if atMs > now then return atMs end
@@ -399,7 +414,8 @@ local function load(L, now)
   local raw = redis.call('GET', L.key)
   if algo == 'tb' or algo == 'lb' then
     if raw then return tonumber(raw) end
-    return now
+    -- core/token-bucket.ts initial: a full bucket.
+    return now - L.full
   end
   if raw then return windows().decode(raw) end
   if algo == 'fw' then return { floor(now / L.I), 0, 0 } end
@@ -432,9 +448,10 @@ local function save(L, s, now)
   local algo = L.algo
   local idleAt
   if algo == 'tb' or algo == 'lb' then
-    if s > now then
+    -- Idle (core isIdle) once the TAT is L.full before now.
+    if s > now - L.full then
       local text = fmt(s)
-      redis.call('SET', L.key, text, 'PX', ttlUntil(s, now))
+      redis.call('SET', L.key, text, 'PX', ttlUntil(s + L.full, now))
       return text
     end
     redis.call('DEL', L.key)
@@ -465,8 +482,8 @@ local function refund(L, cost, at, mark, id, now)
     -- Compared as numbers: a state written by the bucket script is Redis's decimal of the double.
     if raw and tonumber(raw) == tonumber(mark) then
       local tat = tonumber(raw) - cost * L.T
-      if tat > now then
-        redis.call('SET', L.key, fmt(tat), 'PX', ttlUntil(tat, now))
+      if tat > now - L.full then
+        redis.call('SET', L.key, fmt(tat), 'PX', ttlUntil(tat + L.full, now))
       else
         redis.call('DEL', L.key)
       end
@@ -529,8 +546,9 @@ local tag, scope = string.match(KEYS[n + m], '^(.*):m:([^:]*)$')
 local levels, states = {}, {}
 for i = 1, n do
   local a = 10 + (i - 1) * 5
-  levels[i] = level(ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
-    tonumber(ARGV[a + 5]), KEYS[i])
+  local burst, capacity = burstArg(ARGV[a + 4])
+  levels[i] = level(ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), burst,
+    tonumber(ARGV[a + 5]), KEYS[i], capacity)
 end
 
 -- The scope's meta hash: its pause ('p') and the limits learned for it ('l:<id>'). Nothing starts
@@ -613,7 +631,8 @@ return reply
  * call is decided in order, atomically and all or nothing on its own levels, exactly as if it ran
  * alone after the calls before it. Same arithmetic as core/gcra.ts; the client computes each
  * level's constants from the call's cost with the core's own expressions (`slackMs = τ - cost·T`,
- * `stepMs = cost·T`) and sends them as shortest round-trip decimals, which Lua reads back exactly.
+ * `stepMs = cost·T`, `fullMs = (capacity - burst)·T`) and sends them as shortest round-trip
+ * decimals, which Lua reads back exactly.
  *
  * Lean on purpose (it runs for nearly every decision): one `TIME` per run, each meta hash and each
  * level's state read once per run and each state written once at the end (later calls of the batch
@@ -628,9 +647,10 @@ return reply
  *
  * KEYS: per class, its n level state keys, then its m meta hashes: the partition's ('-'), and the
  *   call's scope's when it has one (pause 'p' of both; learned limits of the last).
- * ARGV: minTtlMs, the number of classes, then per class: n, m, then per level slackMs and stepMs
- *   (slackMs '' = cost 0, level not consulted; 'x' = a cost above the level's capacity); then per
- *   call: its class (1-based), nowOverride ('' = TIME), maxWaitMs (-1 = none).
+ * ARGV: minTtlMs, the number of classes, then per class: n, m, then per level slackMs, stepMs and
+ *   fullMs (slackMs '' = cost 0, level not consulted; 'x' = a cost above the level's capacity;
+ *   fullMs: core/token-bucket.ts, 0 but for a token bucket whose capacity exceeds its burst); then
+ *   per call: its class (1-based), nowOverride ('' = TIME), maxWaitMs (-1 = none).
  * Reply: TIME in microseconds (0 when every call had a now override), then per call
  *   {1, state_1..state_n} admitted from now, or {3, from, state_1..state_n} admitted after the pause
  *   whose text is `from` (state_i: the level's state as read, '' = none or cost 0, '=' = the mark of
@@ -648,24 +668,25 @@ local reply = { 0 }
 local r = 1
 local clock = nil
 
--- Classes: first key (0-based), level and meta key counts, and the levels' slack and step by ARGV
--- position (false: cost 0; true: above capacity).
+-- Classes: first key (0-based), level and meta key counts, and the levels' slack, step and full by
+-- ARGV position (slack false: cost 0; true: above capacity).
 local ck, cn, cm, cb, num = {}, {}, {}, {}, {}
 local k, a = 0, 2
 for c = 1, tonumber(ARGV[2]) do
   local n, m = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   ck[c], cn[c], cm[c], cb[c] = k, n, m, a + 2
-  for j = a + 3, a + 2 + 2 * n, 2 do
+  for j = a + 3, a + 2 + 3 * n, 3 do
     local slack = ARGV[j]
     if slack == '' then num[j] = false
     elseif slack == 'x' then num[j] = true
     else
       num[j] = tonumber(slack)
       num[j + 1] = tonumber(ARGV[j + 1])
+      num[j + 2] = tonumber(ARGV[j + 2])
     end
   end
   k = k + n + m
-  a = a + 2 + 2 * n
+  a = a + 2 + 3 * n
 end
 
 -- Per run: each meta hash's pause (false: none), its text, and whether it holds learned limits;
@@ -727,11 +748,12 @@ for a = a, #ARGV - 1, 3 do
       local startAt = from
       local capacity = false
       for i = 1, n do
-        local slack = num[b + 2 * i - 1]
+        local slack = num[b + 3 * i - 2]
         if slack == true then
           capacity = true
         elseif slack then
           local key = KEYS[k + i]
+          local full = num[b + 3 * i]
           local tat = tats[key]
           if tat == nil then
             local raw = call('GET', key)
@@ -739,14 +761,15 @@ for a = a, #ARGV - 1, 3 do
             tats[key] = tat
             raws[key] = raw or ''
           end
-          tat = tat or now
+          tat = tat or now - full
           cur[i] = tat
           -- What the client starts from: the state as read ('' none), or '=' after a take by an
           -- earlier call of this run (the client has that take's mark).
           if taken[key] then seen[i] = '=' else seen[i] = raws[key] end
-          -- core/gcra.ts gcraEarliestAt: max(TAT - slack, from); no state is a TAT of now.
+          -- core/gcra.ts gcraEarliestAt: max(TAT - slack, from); no state is a TAT of now - full,
+          -- and a bucket full for that long starts any cost at once (core/token-bucket.ts).
           local atMs = tat - slack
-          if atMs < from then atMs = from end
+          if atMs < from or tat <= from - full then atMs = from end
           if atMs > startAt then startAt = atMs end
         end
       end
@@ -773,7 +796,7 @@ for a = a, #ARGV - 1, 3 do
           end
           for i = 1, n do
             r = r + 1
-            if num[b + 2 * i - 1] == false then
+            if num[b + 3 * i - 2] == false then
               reply[r] = ''
             else
               local key = KEYS[k + i]
@@ -781,16 +804,16 @@ for a = a, #ARGV - 1, 3 do
               -- core/gcra.ts gcraTake: max(TAT, startAt) + cost·T
               local tat = cur[i]
               if startAt > tat then tat = startAt end
-              tat = tat + num[b + 2 * i]
+              tat = tat + num[b + 3 * i - 1]
               tats[key] = tat
               if not taken[key] then
                 taken[key] = true
                 nd = nd + 1
                 dirty[nd] = key
               end
-              -- TTL (ms) until the TAT, at least 1 ms (and minTtl), at most 1e15 (PX takes no
-              -- exponent).
-              local ttl = ceil(tat - now) + 1
+              -- TTL (ms) until the state is idle (full ms after the TAT), at least 1 ms (and
+              -- minTtl), at most 1e15 (PX takes no exponent).
+              local ttl = ceil(tat + num[b + 3 * i] - now) + 1
               if ttl < minTtl then ttl = minTtl end
               if ttl > 1e15 then ttl = 1e15 end
               ttls[key] = ttl
@@ -815,14 +838,14 @@ return reply
  * quarter of its Redis time (callgrind). The store sends it whenever a tick holds one bucket call.
  *
  * KEYS: the call's n level state keys, then its meta hashes (the partition's, then the scope's).
- * ARGV: minTtlMs, nowOverride ('' = TIME), maxWaitMs (-1 = none), then per level slackMs and
- *   stepMs ('' = cost 0; 'x' = a cost above the level's capacity).
+ * ARGV: minTtlMs, nowOverride ('' = TIME), maxWaitMs (-1 = none), then per level slackMs, stepMs
+ *   and fullMs (slackMs '' = cost 0; 'x' = a cost above the level's capacity).
  * Reply: as `RESERVE_BUCKETS_LUA` for one call.
  */
 export const RESERVE_BUCKET_LUA = `
 local call, tonumber = redis.call, tonumber
 local KEYS, ARGV = KEYS, ARGV
-local n = (#ARGV - 3) / 2
+local n = (#ARGV - 3) / 3
 local last = #KEYS
 local us, now = 0, nil
 if ARGV[2] == '' then
@@ -849,17 +872,19 @@ for j = n + 1, last do
   end
 end
 local startAt = from
-local tats, seen = {}, {}
+local tats, seen, fulls = {}, {}, {}
 for i = 1, n do
-  local slack = ARGV[2 + 2 * i]
+  local slack = ARGV[1 + 3 * i]
   if slack == 'x' then return { us, 0, '-1', 'capacity' } end
   if slack ~= '' then
     local raw = call('GET', KEYS[i])
-    -- core/gcra.ts gcraEarliestAt: max(TAT - slack, from); no state is a TAT of now.
-    local tat = tonumber(raw or '') or now
-    tats[i], seen[i] = tat, raw or ''
+    local full = tonumber(ARGV[3 + 3 * i])
+    -- core/gcra.ts gcraEarliestAt: max(TAT - slack, from); no state is a TAT of now - full, and a
+    -- bucket full for that long starts any cost at once (core/token-bucket.ts).
+    local tat = tonumber(raw or '') or now - full
+    tats[i], seen[i], fulls[i] = tat, raw or '', full
     local atMs = tat - tonumber(slack)
-    if atMs < from then atMs = from end
+    if atMs < from or tat <= from - full then atMs = from end
     if atMs > startAt then startAt = atMs end
   end
 end
@@ -882,9 +907,10 @@ for i = 1, n do
     reply[r + i] = seen[i]
     -- core/gcra.ts gcraTake: max(TAT, startAt) + cost·T
     if startAt > tat then tat = startAt end
-    tat = tat + tonumber(ARGV[3 + 2 * i])
-    -- TTL (ms) until the TAT, at least 1 ms (and minTtl), at most 1e15 (PX takes no exponent).
-    local ttl = math.ceil(tat - now) + 1
+    tat = tat + tonumber(ARGV[2 + 3 * i])
+    -- TTL (ms) until the state is idle (full ms after the TAT), at least 1 ms (and minTtl), at most
+    -- 1e15 (PX takes no exponent).
+    local ttl = math.ceil(tat + fulls[i] - now) + 1
     if ttl < minTtl then ttl = minTtl end
     if ttl > 1e15 then ttl = 1e15 end
     call('SET', KEYS[i], tat, 'PX', ttl)
@@ -914,7 +940,9 @@ for i = 1, n do
   local a = 8 + (i - 1) * 6
   local cost = tonumber(ARGV[a + 5])
   if cost ~= 0 then
-    local L = level(ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), cost, KEYS[i])
+    -- The capacity too: a state is idle only once the bucket is full to it.
+    local burst, capacity = burstArg(ARGV[a + 4])
+    local L = level(ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), burst, cost, KEYS[i], capacity)
     refund(L, cost, at, ARGV[a + 6], id, now)
   end
 end
@@ -1018,13 +1046,15 @@ return { '0', fmt(now) }
  * scope) checks it too. A new learned limit is seeded with the units the provider says are used.
  *
  * KEYS: the scope's meta hash (field 'l:<id>'), the learned level's state key.
- * ARGV: nowOverride, id, spec ('algo limit intervalMs burst unit'), ttlMs, seedUnits, minTtlMs.
+ * ARGV: nowOverride, id, spec ('algo limit intervalMs burst unit'), ttlMs, seedUnits, minTtlMs,
+ *   seedAgeMs (the seed is taken that long before now: at the start of the provider's window).
  * Reply: {1 if new or changed else 0, now}.
  */
 export const LEARN_LUA = `${LIMITS_LUA}
 local now = serverNow(ARGV[1])
 local id, spec, ttl, seed = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 MIN_TTL = tonumber(ARGV[6])
+local seedAt = now - tonumber(ARGV[7])
 local previous = redis.call('HGET', KEYS[1], 'l:' .. id)
 redis.call('HSET', KEYS[1], 'l:' .. id, spec)
 -- The hash also holds the scope's pause: its TTL only ever grows.
@@ -1034,7 +1064,7 @@ if previous == false and seed > 0 then
   local algo, limit, I, burst = string.match(spec, '(%S+) (%S+) (%S+) (%S+)')
   local L = level(algo, tonumber(limit), tonumber(I), tonumber(burst), 0, KEYS[2])
   if seed > L.cap then seed = L.cap end
-  save(L, take(L, load(L, now), seed, now), now)
+  save(L, take(L, load(L, now), seed, seedAt), now)
 end
 return { 1, fmt(now) }
 `;

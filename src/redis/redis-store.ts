@@ -10,6 +10,7 @@ import {
   claimRefund,
   learnedId,
   learnedSpecText,
+  levelCapacity,
   levelName,
 } from './memory-store.js';
 import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
@@ -35,6 +36,7 @@ import type {
   StorePauseEvent,
   StoreReservation,
 } from './store.js';
+import { seedAge } from './store.js';
 
 export interface RedisStoreOptions {
   /** An `ioredis` client (`Redis` or `Cluster`), or a URL such as `redis://127.0.0.1:6379`. */
@@ -98,7 +100,15 @@ const scripts = {
 interface LevelInfo {
   readonly suffix: string;
   readonly args: readonly string[];
-  /** The bucket script's arguments for the last cost seen (costs repeat): slackMs, stepMs. */
+  /** The largest cost the level admits (`levelCapacity`). */
+  readonly capacity: number;
+  /**
+   * core/token-bucket.ts `fullMs` = (capacity - burst) × T: a full bucket's TAT lies that long
+   * before now (0 but for a token bucket whose capacity exceeds its burst); and as text.
+   */
+  readonly fullMs: number;
+  readonly fullArg: string;
+  /** The bucket script's arguments for the last cost seen (costs repeat): slackMs, stepMs (then fullArg). */
   cost: number;
   slackArg: string;
   stepArg: string;
@@ -111,9 +121,23 @@ function infoOf(level: StoreLevel): LevelInfo {
   let info = levelInfo.get(level);
   if (info === undefined) {
     const { algorithm, limit, intervalMs, burst } = level.spec;
+    const capacity = levelCapacity(level);
+    // The burst argument: 'burst', or 'burst:capacity' for a token bucket whose capacity exceeds
+    // its burst (the scripts' level(); the layout stays five values per level).
+    const wider = algorithm === 'token-bucket' && capacity !== burst;
+    // The core's expression: (capacity - burst) (units) × T (ms/unit).
+    const fullMs = wider ? (capacity - burst) * emissionIntervalMs(limit, intervalMs) : 0;
     info = {
       suffix: digest(levelName(level)),
-      args: [algorithmCodes[algorithm], String(limit), String(intervalMs), String(burst)],
+      args: [
+        algorithmCodes[algorithm],
+        String(limit),
+        String(intervalMs),
+        wider ? `${burst}:${capacity}` : String(burst),
+      ],
+      capacity,
+      fullMs,
+      fullArg: String(fullMs),
       cost: 0,
       slackArg: '',
       stepArg: '',
@@ -142,7 +166,7 @@ function setBucketArgs(info: LevelInfo, spec: StoreLevel['spec'], cost: number):
     return;
   }
   const tokenBucket = spec.algorithm === 'token-bucket';
-  if (cost > (tokenBucket ? spec.burst : spec.limit)) {
+  if (cost > info.capacity) {
     // Never conforms: refused as capacity.
     info.slackArg = 'x';
     info.stepArg = '';
@@ -151,7 +175,9 @@ function setBucketArgs(info: LevelInfo, spec: StoreLevel['spec'], cost: number):
   const emissionMs = emissionIntervalMs(spec.limit, spec.intervalMs);
   // τ (ms): burst × T for the token bucket (a full bucket), cost × T for the leaky bucket.
   const toleranceMs = tokenBucket ? spec.burst * emissionMs : cost * emissionMs;
-  // stepMs = cost (units) × T (ms/unit): how far a take moves the TAT; slackMs = τ - cost·T.
+  // stepMs = cost (units) × T (ms/unit): how far a take moves the TAT; slackMs = τ - cost·T,
+  // negative for a cost above the burst of a token bucket with a larger capacity (it starts after
+  // the bucket is full).
   const stepMs = cost * emissionMs;
   info.slackMs = toleranceMs - stepMs;
   info.stepMs = stepMs;
@@ -565,7 +591,7 @@ export class RedisStore implements Store {
     return args;
   }
 
-  /** Each level's slackMs and stepMs for `costs`. */
+  /** Each level's slackMs, stepMs and fullMs for `costs`. */
   private pushLevelArgs(
     args: (string | number)[],
     levels: readonly StoreLevel[],
@@ -573,7 +599,7 @@ export class RedisStore implements Store {
   ): void {
     for (let i = 0; i < levels.length; i++) {
       const info = bucketInfo(levels[i]!, costs[i]!);
-      args.push(info.slackArg, info.stepArg);
+      args.push(info.slackArg, info.stepArg, info.fullArg);
     }
   }
 
@@ -630,15 +656,16 @@ export class RedisStore implements Store {
         for (let i = 0; i < n; i++) {
           if (costs[i] === 0) continue;
           const state = reply[r + 1 + i] as string;
-          // No state (or an unreadable one) is a TAT of now.
-          const read = state === '=' ? taken!.get(keys[i]!)! : state === '' ? now : Number(state);
-          const tat = Number.isNaN(read) ? now : read;
           const info = bucketInfo(levels[i]!, costs[i]!);
+          // No state (or an unreadable one) is a TAT of now - fullMs (a full bucket).
+          const read = state === '=' ? taken!.get(keys[i]!)! : state === '' ? Number.NaN : Number(state);
+          const tat = Number.isNaN(read) ? now - info.fullMs : read;
           tats[i] = tat;
           steps[i] = info.stepMs;
-          // core/gcra.ts gcraEarliestAt: max(TAT - slack, from)
+          // core/gcra.ts gcraEarliestAt: max(TAT - slack, from); a bucket full for fullMs starts
+          // any cost at once (core/token-bucket.ts).
           let atMs = tat - info.slackMs;
-          if (atMs < from) atMs = from;
+          if (atMs < from || tat <= from - info.fullMs) atMs = from;
           if (atMs > startAt) startAt = atMs;
         }
         // Marks stay numbers: printing a double costs more than the rest of this answer, and only
@@ -871,6 +898,7 @@ export class RedisStore implements Store {
       String(this.learnedTtlMs),
       String(options?.seedUnits ?? 0),
       this.minTtlMs,
+      String(seedAge(options)),
     ])) as [number, string];
     return reply[0] === 1;
   }

@@ -73,10 +73,11 @@ export interface SharedGateOptions {
    */
   lateToleranceMs?: number;
   /**
-   * As the in-memory gate's: token buckets leave `rate × margin` of their burst unused, and a call
-   * charged on a window limit (fixed window, sliding window, sliding log) is counted there from its
-   * response (one more store command when it finishes), at most `max(margin, intervalMs / 10)` after
-   * its start. 0 turns both off. Number >= 0.
+   * As the in-memory gate's: token buckets leave `rate × margin` of their burst unused (a call may
+   * still cost up to the whole burst: it waits a little longer), and a call charged on a window limit
+   * (fixed window, sliding window, sliding log) is counted there from its response (one more store
+   * command when it finishes), at most `max(margin, intervalMs / 10)` after its start. The local
+   * fallback keeps the same margin. 0 turns both off. Number >= 0.
    * @default 50 (0 when `clock` is given)
    */
   arrivalMarginMs?: number;
@@ -159,6 +160,17 @@ export function validateSharedGateOptions(options: unknown): NormalizedSharedGat
   if (typeof lateToleranceMs !== 'number' || !(lateToleranceMs >= 0))
     throw invalid('lateToleranceMs', 'a number >= 0 (Infinity to never reserve again)', lateToleranceMs);
 
+  // Every option is checked before the store opens a connection: a refused option must not leave
+  // a socket that keeps the process alive.
+  let budget: SharedBudget | undefined;
+  if (o['budget'] !== undefined) {
+    const b = plainObject('budget', o['budget']) as Partial<SharedBudget>;
+    fn('budget.tryReserve', b.tryReserve);
+    fn('budget.settle', b.settle);
+    fn('budget.release', b.release);
+    budget = b as SharedBudget;
+  }
+
   let store: Store;
   let ownsStore: boolean;
   if (o['redis'] !== undefined && o['store'] !== undefined)
@@ -183,15 +195,6 @@ export function validateSharedGateOptions(options: unknown): NormalizedSharedGat
     throw invalid('redis', 'an ioredis client or a redis:// URL (or pass `store`)', undefined);
   }
 
-  let budget: SharedBudget | undefined;
-  if (o['budget'] !== undefined) {
-    const b = plainObject('budget', o['budget']) as Partial<SharedBudget>;
-    fn('budget.tryReserve', b.tryReserve);
-    fn('budget.settle', b.settle);
-    fn('budget.release', b.release);
-    budget = b as SharedBudget;
-  }
-
   return Object.freeze({
     store,
     ownsStore,
@@ -213,11 +216,17 @@ export function validateSharedGateOptions(options: unknown): NormalizedSharedGat
   });
 }
 
-/** A limit scaled to `share` of its quota, for the local fallback (never below 1). */
-export function shareOf(spec: Readonly<Required<LimitSpec>>, share: number): LimitSpec {
+/**
+ * The limit of `core` scaled to `share` of its quota, for the local fallback (never below 1). A
+ * token bucket is scaled from its configured burst, its capacity: one kept on the safe side by an
+ * arrival margin carries a smaller burst in its spec, and the fallback gate applies the same margin
+ * to the share again.
+ */
+export function shareOf(core: LimitCore, share: number): LimitSpec {
+  const spec = core.spec;
   const limit = Math.max(1, Math.floor(spec.limit * share));
   if (spec.algorithm === 'token-bucket') {
-    return { ...spec, limit, burst: Math.max(1, Math.floor(spec.burst * share)) };
+    return { ...spec, limit, burst: Math.max(1, Math.floor(core.capacity * share)) };
   }
   if (spec.algorithm === 'concurrency') return { algorithm: 'concurrency', limit, unit: spec.unit };
   return { algorithm: spec.algorithm, limit, intervalMs: spec.intervalMs, unit: spec.unit };

@@ -5,7 +5,8 @@ import {
   type AdaptOptions,
   bindingFor,
   isAtLeastAsTight,
-  learnedSpec,
+  learnedPolicies,
+  seedAgeMs,
   verdictFor,
 } from '../core/adaptation.js';
 import type { LimitCore } from '../core/limit.js';
@@ -35,6 +36,7 @@ import {
   checkInspect,
   checkKey,
   checkMaxQueueTimeMs,
+  checkOptionNames,
   checkPriceMicros,
   checkPriority,
   checkSignal,
@@ -43,6 +45,7 @@ import {
 import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
 import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
 import { invalid } from '../validate.js';
+import { levelCapacity } from './memory-store.js';
 import {
   type FailurePolicy,
   type NormalizedSharedGateOptions,
@@ -199,6 +202,17 @@ function settleValue<T>(
   onValue(value);
 }
 
+/**
+ * The store level of a core: its spec, and its capacity when that exceeds the spec's burst (a token
+ * bucket kept on the safe side by `arrivalMarginMs`, whose spec carries the smaller burst).
+ */
+function levelOf(id: string, core: LimitCore): StoreLevel {
+  const spec = core.spec;
+  return spec.algorithm === 'token-bucket' && core.capacity !== spec.burst
+    ? { id, spec, capacity: core.capacity }
+    : { id, spec };
+}
+
 /** Run a store write whose failure only matters as a sign the store is down. */
 function quietly(run: () => MaybePromise<unknown>, onError: (error: unknown) => void): void {
   try {
@@ -252,6 +266,12 @@ export class SharedGate {
   private probeTimer: unknown = undefined;
   private queuedTotal = 0;
   private inFlight = 0;
+  /**
+   * Calls holding a budget reservation, counted from the reserve's request until the ledger has
+   * answered its settle or release (an async inspection, or a Redis round trip, ends after the
+   * call left `inFlight`): `close()` waits for none, as the in-memory gate does.
+   */
+  private budgetHeld = 0;
   private started = 0;
   private closed = false;
   /** `close({ queued: 'reject' })` was called: a call that has not started is refused wherever it is. */
@@ -266,13 +286,27 @@ export class SharedGate {
 
   constructor(options: SharedGateOptions) {
     const o = validateSharedGateOptions(options);
+    // A call that does not fit its budget is refused here; a guard asking to wait for room would
+    // be ignored silently (and its retryAt is on the guard's clock, not the gate's): refuse it now.
+    if ((o.budget as { onExceeded?: unknown } | undefined)?.onExceeded === 'wait') {
+      if (o.ownsStore)
+        quietly(
+          () => o.store.close(),
+          () => {},
+        );
+      throw invalid(
+        'budget.onExceeded',
+        "'refuse' in a shared gate (a call that does not fit its budget is refused, never held until room comes)",
+        'wait',
+      );
+    }
     this.o = o;
     this.store = o.store;
     this.clock = o.clock;
     this.adapt = o.adapt;
     this.budget = o.budget;
     this.allCores = [...o.globalCores, ...o.keyCores];
-    this.globalLevels = o.globalCores.map((core, i) => ({ id: `g${i}`, spec: core.spec }));
+    this.globalLevels = o.globalCores.map((core, i) => levelOf(`g${i}`, core));
     this.defaultInfo = this.makeInfo(undefined);
     this.onStoreDown = this.storeDownEvents.on;
     this.onStoreUp = this.storeUpEvents.on;
@@ -281,12 +315,14 @@ export class SharedGate {
     this.onPause = this.pauseEvents.on;
     this.disposePauses = this.store.onPause((event) => this.heardPause(event));
     if (o.failure === 'local') {
-      const scale = (cores: readonly LimitCore[]) => cores.map((core) => shareOf(core.spec, o.localShare));
+      // The fallback applies the same arrival margin to its share of each configured limit.
+      const scale = (cores: readonly LimitCore[]) => cores.map((core) => shareOf(core, o.localShare));
       this.fallback = createGate({
         limits: scale(o.globalCores),
         perKey: scale(o.keyCores),
         maxQueue: o.maxQueue,
         clock: o.clock,
+        arrivalMarginMs: o.arrivalMarginMs,
         random: o.random,
         ...(o.adaptInput === undefined ? {} : { adapt: o.adaptInput }),
       });
@@ -304,6 +340,7 @@ export class SharedGate {
     const now = this.clock.now();
     const o: ScheduleOptions = options ?? {};
     try {
+      checkOptionNames(o);
       const { cost, key, inspect, signal } = o;
       // The in-memory gate's checks and messages, in this gate's order; null options take defaults.
       checkKey(key);
@@ -410,7 +447,9 @@ export class SharedGate {
   /**
    * Refuse new calls and settle waiting ones (`'run'`: they start at their reserved times;
    * `'reject'`: rejected with `GateClosedError` and their reservations given back). Resolves when
-   * nothing waits or runs; then closes the store if the gate opened it.
+   * nothing waits or runs and no call holds a budget reservation (every settle and release of one
+   * answered by its ledger, so the ledger may be closed next); then closes the store if the gate
+   * opened it.
    */
   async close(options: { queued?: 'run' | 'reject' } = {}): Promise<void> {
     const mode = options.queued ?? 'run';
@@ -447,10 +486,7 @@ export class SharedGate {
     const gateWide = this.o.globalCores.length > 0;
     const partition = gateWide ? GATE_PARTITION : name;
     const scope = gateWide ? name : '';
-    const keyLevels = this.o.keyCores.map((core, i) => ({
-      id: gateWide ? `k${i}:${name}` : `k${i}`,
-      spec: core.spec,
-    }));
+    const keyLevels = this.o.keyCores.map((core, i) => levelOf(gateWide ? `k${i}:${name}` : `k${i}`, core));
     const pauseIds = [this.store.pauseId(partition, '')];
     if (scope !== '') pauseIds.push(this.store.pauseId(partition, scope));
     const levels = [...this.globalLevels, ...keyLevels];
@@ -497,18 +533,21 @@ export class SharedGate {
     if (cost !== undefined) checkCost(cost);
     return levels.map((level) => {
       const spec = level.spec;
-      const capacity = spec.algorithm === 'token-bucket' ? spec.burst : spec.limit;
-      return checkCapacity(unitCost(cost, spec.unit), spec.unit, spec.algorithm, capacity);
+      return checkCapacity(unitCost(cost, spec.unit), spec.unit, spec.algorithm, levelCapacity(level));
     });
   }
 
   // --- the way of one call -------------------------------------------------------------------------
 
   private reserveBudget(call: SharedCall, priceMicros: number): void {
+    // Held from the request on (see budgetHeld): a reservation on its way may land after its call
+    // was refused (aborted), and is then given back; close waits for that too.
+    this.budgetHeld++;
     let decision: ReturnType<SharedBudget['tryReserve']>;
     try {
       decision = this.budget!.tryReserve(priceMicros, call.info.key);
     } catch (error) {
+      this.budgetLetGo();
       this.refuse(call, error as Error & { code: string });
       return;
     }
@@ -516,6 +555,7 @@ export class SharedGate {
       decision,
       (d) => {
         if (!d.ok) {
+          this.budgetLetGo();
           this.refuse(call, new BudgetExceededError(d));
           return;
         }
@@ -526,7 +566,10 @@ export class SharedGate {
         }
         this.submit(call);
       },
-      (error) => this.refuse(call, toTollgate(error)),
+      (error) => {
+        this.budgetLetGo();
+        this.refuse(call, toTollgate(error));
+      },
     );
   }
 
@@ -959,18 +1002,19 @@ export class SharedGate {
   private learnFrom(info: KeyInfo, observation: RateLimitObservation, status: number, now: number): void {
     const adapt = this.adapt as AdaptOptions;
     if (adapt.learn) {
-      for (const policy of observation.policies) {
-        const spec = learnedSpec(policy);
-        if (spec === undefined || this.allCores.some((core) => isAtLeastAsTight(core, spec))) continue;
+      for (const { policy, spec } of learnedPolicies(observation)) {
+        if (this.allCores.some((core) => isAtLeastAsTight(core, spec))) continue;
         const id = `${spec.unit}|${spec.intervalMs}`;
         info.learned ??= new Map();
         const last = info.learned.get(id);
         if (last !== undefined && last.limit === spec.limit && now - last.at < LEARN_REFRESH_MS) continue;
         info.learned.set(id, { limit: spec.limit, at: now });
-        // What the provider counts as used in its window is seeded into the shared limit.
+        // What the provider counts as used in its window is seeded into the shared limit, from the
+        // start of that window (so it leaves at the provider's reset).
         const seedUnits = spec.limit - (policy.remaining ?? spec.limit);
+        const seedAge = seedAgeMs(policy, spec);
         quietly(
-          () => this.store.learn(info.partition, spec, { scope: info.scope, seedUnits }),
+          () => this.store.learn(info.partition, spec, { scope: info.scope, seedUnits, seedAgeMs: seedAge }),
           (error) => this.storeFailed(error),
         );
       }
@@ -979,8 +1023,9 @@ export class SharedGate {
     const throttled = status === 429 || observation.throttled === true;
     if (!throttled) {
       const binding = bindingFor(observation, 'requests');
+      // No longer than maxRetryAfterMs, as a Retry-After: never sleep for a day.
       if (binding?.remaining === 0 && binding.resetMs !== undefined && binding.resetMs > 0)
-        this.sharedPause(info, binding.resetMs, 'remaining-0', false);
+        this.sharedPause(info, Math.min(binding.resetMs, adapt.maxRetryAfterMs), 'remaining-0', false);
     }
   }
 
@@ -1232,7 +1277,7 @@ export class SharedGate {
     const reservation = call.budget;
     if (reservation === undefined) return;
     call.budget = undefined;
-    quietly(
+    this.untilAnswered(
       () => this.budget!.release(reservation),
       () => {},
     );
@@ -1245,14 +1290,17 @@ export class SharedGate {
     const budget = this.budget!;
     // An invalid actual price (or one past the exact range: InvalidCostError, thrown or rejected)
     // must not lose the result: settle at the estimate, as reserved.
-    const atEstimate = () =>
-      quietly(
+    const atEstimate = () => {
+      // Still held until this settle is answered too (counted before the first one lets go).
+      this.budgetHeld++;
+      this.untilAnswered(
         () => budget.settle(reservation, reservation.estimateMicros),
         () => {
           // An unreachable ledger keeps the reservation, which counts at its estimate when it expires.
         },
       );
-    quietly(
+    };
+    this.untilAnswered(
       () => budget.settle(reservation, actualMicros),
       (error) => {
         if (error instanceof InvalidCostError) atEstimate();
@@ -1260,8 +1308,35 @@ export class SharedGate {
     );
   }
 
+  /**
+   * Settle or release a reservation in the ledger: it counts as held (`budgetHeld`) until the
+   * ledger answered, so that after `close()` the application may close the ledger (a Redis ledger's
+   * settle still in flight would be cut off). A failure goes to `onError`, never further.
+   */
+  private untilAnswered(run: () => MaybePromise<unknown>, onError: (error: unknown) => void): void {
+    const failed = (error: unknown) => {
+      onError(error);
+      this.budgetLetGo();
+    };
+    try {
+      const result = run();
+      if (isPromise(result)) result.then(() => this.budgetLetGo(), failed);
+      else this.budgetLetGo();
+    } catch (error) {
+      failed(error);
+    }
+  }
+
+  /** A reservation was settled, given back or refused: `close()` may be waiting for it. */
+  private budgetLetGo(): void {
+    this.budgetHeld--;
+    this.maybeClosed();
+  }
+
   private settledForClose(): boolean {
-    return this.queuedTotal === 0 && this.inFlight === 0;
+    // budgetHeld: an async inspection (a body read for its price) or a ledger answer ends after
+    // its call left inFlight; the in-memory gate waits for its budget too.
+    return this.queuedTotal === 0 && this.inFlight === 0 && this.budgetHeld === 0;
   }
 
   private maybeClosed(): void {

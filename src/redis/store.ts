@@ -9,6 +9,7 @@
  */
 import type { LimitSpec } from '../core/limit.js';
 import type { NormalizedLimitSpec } from '../core/normalize-limit-spec.js';
+import { invalid } from '../validate.js';
 
 /** A value now, or a promise of it: memory answers synchronously, Redis asynchronously. */
 export type MaybePromise<T> = T | Promise<T>;
@@ -22,6 +23,15 @@ export interface StoreLevel {
   readonly id: string;
   /** The limit, normalized (`createLimit(spec).spec`). */
   readonly spec: NormalizedLimitSpec;
+  /**
+   * Token bucket only: the largest cost one call may have, when it exceeds `spec.burst` (the
+   * core's `capacity`; a bucket kept on the safe side of the provider's by `arrivalMarginMs` has
+   * the configured burst here and a smaller one in `spec`). `spec.burst` stays the tolerance: a
+   * call costing `c` above it starts `(c - spec.burst)·T` after the bucket is full, or at once when
+   * it has been full that long (see `createTokenBucket`). An integer >= `spec.burst`.
+   * @default spec.burst
+   */
+  readonly capacity?: number;
 }
 
 /** Options of one reservation. */
@@ -100,6 +110,12 @@ export interface LearnOptions {
    * @default 0
    */
   readonly seedUnits?: number;
+  /**
+   * How long before now the seed is taken: the age of the provider's current window (its length
+   * minus its reset), so the seeded units leave the learned limit at the provider's reset.
+   * @default 0
+   */
+  readonly seedAgeMs?: number;
 }
 
 export interface Store {
@@ -165,4 +181,12 @@ export interface Store {
 /** True when `value` is a promise-like (the store answered asynchronously). */
 export function isPromise<T>(value: MaybePromise<T>): value is Promise<T> {
   return typeof (value as { then?: unknown } | null)?.then === 'function';
+}
+
+/** `options.seedAgeMs`, checked: a finite number of ms >= 0 (0 when omitted). */
+export function seedAge(options: LearnOptions | undefined): number {
+  const age = options?.seedAgeMs ?? 0;
+  if (typeof age !== 'number' || !(age >= 0) || !Number.isFinite(age))
+    throw invalid('seedAgeMs', 'a finite number of ms >= 0', age);
+  return age;
 }

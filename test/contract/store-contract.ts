@@ -213,6 +213,42 @@ export function storeContract(
       });
     });
 
+    it('a token bucket whose capacity exceeds its burst admits costs up to it, (cost - burst)·T beyond a full bucket', async () => {
+      const store = await make();
+      // Burst 3 (the tolerance) and capacity 5, T = 100 ms: a bucket kept on the safe side of the
+      // provider's (arrivalMarginMs). The same spec object as `tb`, which keeps capacity 3.
+      const wide: StoreLevel = { id: 'wide', spec: tb.spec, capacity: 5 };
+      // Buckets only (the bucket scripts in Redis), then beside a window (the general script).
+      for (const levels of [[wide], [wide, fixed]]) {
+        const costs = (units: number) => (levels.length === 1 ? [units] : [units, 1]);
+        const p = fresh();
+        // A fresh bucket has been full long enough (200 ms) for its whole capacity.
+        expect(granted(await store.reserveAt(p, levels, costs(5), 10_000, T0)).startAt).toBe(T0);
+        // The burst or less is timed as without a capacity: the bucket is full again at 500.
+        const second = granted(await store.reserveAt(p, [wide], [3], 10_000, T0));
+        expect(second.startAt).toBe(T0 + 500);
+        await store.refundAt(second, T0 + 10);
+        // More than the burst: (5 - 3) × 100 ms after the bucket is full.
+        const third = granted(await store.reserveAt(p, levels, costs(5), 10_000, T0 + 20));
+        expect(third.startAt).toBe(T0 + 700);
+        // Its refund leaves the TAT at its start (700), never earlier than before it: 4 at 800.
+        await store.refundAt(third, T0 + 30);
+        expect(granted(await store.reserveAt(p, [wide], [4], 10_000, T0 + 40)).startAt).toBe(T0 + 800);
+        // TAT 1200: full for 200 ms from 1400 on, when 5 start at once again.
+        expect(await store.reserveAt(p, [wide], [5], 0, T0 + 1399)).toMatchObject({
+          ok: false,
+          retryAfterMs: 1,
+        });
+        expect(granted(await store.reserveAt(p, levels, costs(5), 0, T0 + 1400)).startAt).toBe(T0 + 1400);
+        expect(await store.reserveAt(fresh(), levels, costs(6), 60_000, T0)).toMatchObject({
+          ok: false,
+          reason: 'capacity',
+        });
+        // The plain level on the same spec keeps its burst as its capacity.
+        expect(await store.reserveAt(fresh(), [tb], [4], 60_000, T0)).toMatchObject({ reason: 'capacity' });
+      }
+    });
+
     it('a level with cost 0 is not consulted', async () => {
       const store = await make();
       const p = fresh();
@@ -298,6 +334,24 @@ export function storeContract(
       await store.refund(scoped);
       granted(await store.reserve(p, [tb], [1], 0, { scope: 'k', units: { tokens: 100 } }));
       expect(now).toBeGreaterThan(0);
+    });
+
+    it("a learned limit's seed is taken seedAgeMs ago: it leaves at the provider's reset", async () => {
+      const store = await make();
+      const p = fresh();
+      // The provider's 60 s window began 59 s ago and has 1 of 2 used: one call now, the next at
+      // its reset in about 1 s (not 60 s from now).
+      const spec = { algorithm: 'sliding-log', limit: 2, intervalMs: 60_000 } as const;
+      expect(await store.learn(p, spec, { seedUnits: 1, seedAgeMs: 59_000 })).toBe(true);
+      granted(await store.reserve(p, [tb], [1], 0));
+      const next = await store.reserve(p, [tb], [1], 0);
+      expect(next).toMatchObject({ ok: false, reason: 'wait' });
+      const waitMs = (next as { retryAfterMs: number }).retryAfterMs;
+      expect(waitMs).toBeGreaterThan(0);
+      expect(waitMs).toBeLessThanOrEqual(1_000);
+      await expect(
+        Promise.resolve().then(() => store.learn(fresh(), spec, { seedUnits: 1, seedAgeMs: -1 })),
+      ).rejects.toThrow(/seedAgeMs/);
     });
 
     it('concurrent reservations never exceed the limit', async () => {

@@ -1,3 +1,4 @@
+import { inspect } from 'node:util';
 /**
  * throttleAxios against real loopback servers with axios' http adapter. The gate runs on a manual
  * clock: sockets are real, waits are moved by hand.
@@ -114,6 +115,23 @@ describe('throttleAxios', () => {
     const error = (await rejectionOf(instance.get('/x'))) as AxiosError;
     expect(error.response?.status).toBe(429);
     expect((error.cause as RateLimitedError).retryAt).toBe(T0 + 86_400_000);
+  });
+
+  it("RateLimitedError's cause is the last response's head: status and headers, nothing of the request", async () => {
+    const server = await serve((_req, _n, res) => json(res, 429, {}, { 'retry-after': '86400' }));
+    const instance = axios.create({ baseURL: server.url });
+    setup(instance);
+    const error = (await rejectionOf(
+      instance.get('/x?api_key=SECRET_QUERY', {
+        headers: { authorization: 'Bearer SECRET_AUTH', 'x-api-key': 'SECRET_XKEY' },
+      }),
+    )) as AxiosError;
+    const cause = error.cause as RateLimitedError;
+    expect(cause.cause).toMatchObject({ status: 429 });
+    expect(Object.keys(cause.cause as object).sort()).toEqual(['headers', 'status', 'statusText']);
+    const printed = inspect(cause, { depth: 10, showHidden: true });
+    for (const secret of ['SECRET_QUERY', 'SECRET_AUTH', 'SECRET_XKEY'])
+      expect(printed).not.toContain(secret);
   });
 
   it('with a validateStatus that accepts 429, the gate still retries; a final 429 resolves as axios would', async () => {

@@ -635,6 +635,8 @@ describe('wrapFetch options', () => {
       [gate, { price: { estimate: 5 } }, 'price.estimate'],
       [gate, { price: { guess: () => 1 } }, 'price.guess'],
       [gate, { errorBody: { maxBytes: -1 } }, 'errorBody.maxBytes'],
+      // Longer than a Node timer keeps: it would fire at once and the body would go unread.
+      [gate, { errorBody: { timeoutMs: 2 ** 31 } }, 'errorBody.timeoutMs'],
       [gate, 'options', 'options'],
       [{}, undefined, 'gate'],
     ];

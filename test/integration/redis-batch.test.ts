@@ -140,6 +140,8 @@ describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () =>
     });
     const workloadArb = fc.record({
       specs: fc.array(specArb, { minLength: 3, maxLength: 3 }),
+      // A token bucket's capacity above its burst by this much (arrivalMarginMs builds such levels).
+      wider: fc.array(fc.constantFrom(0, 0, 1, 3), { minLength: 3, maxLength: 3 }),
       start: fc.integer({ min: 0, max: 10_000_000 }).map((n) => T0 + n / 4),
       ticks: fc.array(
         fc.record({
@@ -153,9 +155,13 @@ describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () =>
       ),
     });
     await fc.assert(
-      fc.asyncProperty(workloadArb, async ({ specs, start, ticks }) => {
+      fc.asyncProperty(workloadArb, async ({ specs, wider, start, ticks }) => {
         const memory = new MemoryStore();
-        const levels = specs.map((spec, i) => level(`l${i}`, spec));
+        const levels = specs.map((spec, i): StoreLevel => {
+          const plain = level(`l${i}`, spec);
+          const extra = spec.algorithm === 'token-bucket' ? wider[i]! : 0;
+          return extra === 0 ? plain : { ...plain, capacity: plain.spec.burst + extra };
+        });
         // Shapes over shared levels, in two partitions: later calls see earlier takes of the batch.
         const shapes: [string, StoreLevel[]][] = [
           ['a', [levels[0]!, levels[1]!]],

@@ -1,3 +1,4 @@
+import { inspect } from 'node:util';
 /**
  * Garbage in: every option of the Redis mode is checked at construction with one message shape
  * (``Expected `localShare` to be a number in (0, 1], got `0` (number)``), and a call's options at
@@ -59,6 +60,37 @@ describe('createSharedGate options', () => {
     rejectsOption(() => createSharedGate(options as never), option);
   });
 
+  it('refuses a Redis URL that cannot be parsed with a typed error that does not show its password', () => {
+    const url = 'redis://:S3CRETPASS@127.0.0.1:notaport';
+    for (const make of [
+      () => createSharedGate({ redis: url }),
+      () => new RedisStore({ redis: url }),
+      () => new RedisLedger({ redis: url }),
+    ]) {
+      let error: unknown;
+      try {
+        make();
+      } catch (e) {
+        error = e;
+      }
+      expect(error).toBeInstanceOf(InvalidOptionError);
+      expect((error as InvalidOptionError).option).toBe('redis');
+      expect(inspect(error, { depth: 10, showHidden: true })).not.toContain('S3CRETPASS');
+    }
+  });
+
+  it('refuses a bad budget before it opens a Redis connection (a socket left open keeps the process alive)', async () => {
+    const sockets = () => process.getActiveResourcesInfo().filter((r) => r.startsWith('TCP')).length;
+    const before = sockets();
+    rejectsOption(
+      () => createSharedGate({ redis: 'redis://127.0.0.1:6379', budget: {} } as never),
+      'budget.tryReserve',
+    );
+    // A client connects on a later turn of the event loop.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(sockets()).toBe(before);
+  });
+
   it('rejects garbage call options with typed errors, without calling fn', async () => {
     const gate = createSharedGate({
       store,
@@ -74,6 +106,7 @@ describe('createSharedGate options', () => {
     await expect(gate.schedule(fn, { cost: 3 })).rejects.toBeInstanceOf(InvalidCostError);
     await expect(gate.schedule(fn, { key: 7 as never })).rejects.toMatchObject({ option: 'key' });
     await expect(gate.schedule(fn, { priority: 1.5 })).rejects.toMatchObject({ option: 'priority' });
+    await expect(gate.schedule(fn, { cots: 3 } as never)).rejects.toMatchObject({ option: 'options.cots' });
     await expect(gate.schedule(fn, { maxQueueTimeMs: -2 })).rejects.toMatchObject({
       option: 'maxQueueTimeMs',
     });

@@ -152,6 +152,53 @@ describe('shared gate on a memory store', () => {
     expect(starts[1]).toBeGreaterThanOrEqual(60_000);
   });
 
+  it("a learned limit's used units leave at the provider's reset, and the tightest policy of a window binds", async () => {
+    const { clock, gate } = setup();
+    const a = gate({ limits: [] });
+    const b = gate({ limits: [] });
+    // A daily quota of 1000 with 999 used that renews in 60 s, listed before a looser one over the
+    // same day.
+    await a.schedule(
+      async () =>
+        ok({
+          'ratelimit-policy': '"day";q=1000;w=86400, "org";q=5000;w=86400',
+          ratelimit: '"day";r=1;t=60, "org";r=4000;t=60',
+        }),
+      { inspect: (r: Inspection) => r },
+    );
+    const starts: number[] = [];
+    const calls = [1, 2, 3].map(() => b.schedule(() => starts.push(clock.now() - T0)));
+    for (let s = 0; s < 70; s++) {
+      await flush();
+      clock.advance(1_000);
+    }
+    await Promise.all(calls);
+    // One left now; the rest at the reset, not a day later.
+    expect(starts[0]).toBe(0);
+    expect(starts.slice(1).every((t) => t >= 60_000 && t <= 61_000)).toBe(true);
+  });
+
+  it('a quota at 0 with a far reset pauses no longer than maxRetryAfterMs', async () => {
+    const { clock, gate } = setup();
+    const a = gate({ limits: [], adapt: { maxRetryAfterMs: 60_000, learn: false } });
+    await a.schedule(
+      async () => ok({ 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': String(20 * 3600) }),
+      {
+        inspect: (r: Inspection) => r,
+      },
+    );
+    const starts: number[] = [];
+    const next = a.schedule(() => starts.push(clock.now() - T0));
+    for (let s = 0; s < 62; s++) {
+      await flush();
+      clock.advance(1_000);
+    }
+    await next;
+    expect(starts).toHaveLength(1);
+    expect(starts[0]).toBeGreaterThanOrEqual(60_000);
+    expect(starts[0]).toBeLessThanOrEqual(61_000);
+  });
+
   it('a concurrency limit held by another gate is retried until a permit comes back', async () => {
     const { clock, gate } = setup();
     const limits = [{ algorithm: 'concurrency', limit: 1 }];
@@ -539,6 +586,83 @@ describe('shared gate on a memory store', () => {
     expect(await now).toBe(4);
     expect(starts).toEqual([0, 200, 400, 1000]);
   });
+
+  it('a margined token bucket still admits a cost of its whole burst, later, and refuses burst + 1', async () => {
+    // 100 points/s, bucket 1,000: 100/s × 50 ms = 5 points kept unused (burst′ 995), T = 10 ms.
+    const clock = new ManualClock(T0);
+    const bucket = {
+      algorithm: 'token-bucket',
+      limit: 100,
+      intervalMs: 1000,
+      burst: 1000,
+      unit: 'points',
+    } as const;
+    // Alone, then beside a window limit: its calls ask the store again when their time comes.
+    const window = { algorithm: 'fixed-window', limit: 100, intervalMs: 60_000 } as const;
+    for (const perKey of [[bucket], [bucket, window]]) {
+      const gate = createSharedGate({
+        store: new MemoryStore({ clock }),
+        clock,
+        arrivalMarginMs: 50,
+        perKey,
+      });
+      const t0 = clock.now();
+      const starts: [string, number][] = [];
+      const stamp = (key: string) => () => starts.push([key, clock.now() - t0]);
+      const calls = [995, 1000, 1000].map((points) =>
+        gate.schedule(stamp('a'), { key: 'a', cost: { points } }),
+      );
+      // A fresh bucket has been full long enough for the whole 1,000 at once.
+      calls.push(gate.schedule(stamp('b'), { key: 'b', cost: { points: 1000 } }));
+      await flush();
+      expect(starts).toEqual([
+        ['a', 0],
+        ['b', 0],
+      ]);
+      // Above burst′, a call starts (1000 - 995)·T = 50 ms after the bucket is full (at 9 950),
+      // and the next one 50 ms after it is full again (20 000).
+      clock.advance(9_999);
+      await flush();
+      expect(starts).toHaveLength(2);
+      clock.advance(1);
+      await flush();
+      expect(starts.at(-1)).toEqual(['a', 10_000]);
+      clock.advance(30_000);
+      await Promise.all(calls);
+      expect(starts.at(-1)).toEqual(['a', 20_050]);
+      await expect(gate.schedule(stamp('a'), { key: 'a', cost: { points: 1001 } })).rejects.toMatchObject({
+        code: 'ERR_INVALID_COST',
+        message: 'Cost 1001 points exceeds what the token-bucket limit can ever admit (1000)',
+      });
+      await gate.close();
+    }
+  });
+
+  it('the local fallback of a margined token bucket admits the share of its whole burst', async () => {
+    const clock = new ManualClock(T0);
+    const flaky = Object.create(new MemoryStore({ clock })) as MemoryStore;
+    flaky.reserve = () => {
+      throw new StoreUnavailableError('down');
+    };
+    flaky.time = flaky.reserve as never;
+    // Half of 100 points/s and of a 1,000 bucket, with the same margin: 50/s × 50 ms = 2.5 points
+    // kept unused (burst′ 497), T = 20 ms; a call of the whole 500 starts 3 × 20 ms after the
+    // bucket is full.
+    const gate = createSharedGate({
+      store: flaky,
+      clock,
+      arrivalMarginMs: 50,
+      localShare: 0.5,
+      perKey: [{ algorithm: 'token-bucket', limit: 100, intervalMs: 1000, burst: 1000, unit: 'points' }],
+    });
+    const started = [497, 500].map((points) => gate.schedule(() => clock.now() - T0, { cost: { points } }));
+    await flush();
+    clock.advance(20_000);
+    // 497 × 20 ms = 9 940, then 60 ms more.
+    expect(await Promise.all(started)).toEqual([0, 10_000]);
+    expect(gate.stats()).toMatchObject({ storeUp: false, fallbackCalls: 2 });
+    await gate.close();
+  });
 });
 
 const skip = await redisSkipReason();
@@ -627,6 +751,40 @@ describe.skipIf(skip !== false)('shared gate on Redis', () => {
       expect(span).toBeLessThan(minimum * 1.25);
     } finally {
       await api.close();
+    }
+  });
+
+  it('a margined token bucket still admits a cost of its whole burst, later, and refuses burst + 1', async () => {
+    // 100 points/s, bucket 20: 100/s × 50 ms = 5 points kept unused (burst′ 15), T = 10 ms. Alone
+    // (the bucket scripts), then beside a window limit (the general script; its calls ask the store
+    // again when their time comes).
+    const bucket = {
+      algorithm: 'token-bucket',
+      limit: 100,
+      intervalMs: 1000,
+      burst: 20,
+      unit: 'points',
+    } as const;
+    const window = { algorithm: 'fixed-window', limit: 1000, intervalMs: 60_000 } as const;
+    for (const perKey of [[bucket], [bucket, window]]) {
+      const g = createSharedGate({ redis: REDIS_URL, keyPrefix, perKey, arrivalMarginMs: 50 });
+      gates.push(g);
+      const key = `margin-${perKey.length}`;
+      await g.store.time();
+      const t0 = performance.now();
+      const stamp = () => performance.now() - t0;
+      // 15 at once (TAT 150); 20 starts (20 - 15)·T = 50 ms after the bucket is full (200; TAT 400);
+      // the next 20 at 450.
+      const starts = await Promise.all(
+        [15, 20, 20].map((points) => g.schedule(stamp, { key, cost: { points } })),
+      );
+      expect(Math.min(...starts.slice(1))).toBeGreaterThanOrEqual(190);
+      expect(Math.max(...starts)).toBeGreaterThanOrEqual(440);
+      expect(Math.max(...starts)).toBeLessThan(1500);
+      await expect(g.schedule(stamp, { key, cost: { points: 21 } })).rejects.toMatchObject({
+        code: 'ERR_INVALID_COST',
+        message: 'Cost 21 points exceeds what the token-bucket limit can ever admit (20)',
+      });
     }
   });
 

@@ -43,6 +43,33 @@ describe('token bucket', () => {
     expect(createTokenBucket({ limit: 10, intervalMs: 1000 }).capacity).toBe(10);
   });
 
+  it('with a capacity above the burst, admits a cost up to it (cost - burst)·T beyond a full bucket', () => {
+    // Burst 5 (the tolerance), capacity 8: a call of 8 waits 3 intervals once the bucket is full,
+    // unless it has been full for those 3 intervals already (idle, or fresh).
+    const wide = createTokenBucket({ limit: 10, intervalMs: 1000, burst: 5 }, 'limit', 8);
+    expect(wide.capacity).toBe(8);
+    expect(wide.earliestAt(wide.initial(0), 9, 0)).toBe(Infinity);
+    const state = runRows(wide, [
+      { at: 0, cost: 8, expectOk: true },
+      // TAT 800: full at 800, so 8 more fit at 1100; 5 or less are timed as without a capacity.
+      { at: 0, cost: 8, expectOk: false, expectRetryAfterMs: 1100 },
+      { at: 800, cost: 5, expectOk: true },
+      { at: 900, cost: 2, expectOk: false, expectRetryAfterMs: 100 },
+      // TAT 1300: full for 300 ms at 1600.
+      { at: 1599, cost: 8, expectOk: false, expectRetryAfterMs: 1 },
+      { at: 1600, cost: 8, expectOk: true },
+    ]);
+    expect(wide.earliestAt(state, 8, 1600)).toBe(2700);
+    expect([wide.isIdle(1300, 1599), wide.isIdle(1300, 1600)]).toEqual([false, true]);
+    // An idle state answers as a fresh one.
+    expectSameAnswers(wide, 1300, wide.initial(1600), [1600, 1700, 5000], [1, 5, 6, 8]);
+    expectInvalidOption(
+      () => createTokenBucket({ limit: 10, intervalMs: 1000, burst: 5 }, 'limit', 4),
+      'limit.capacity',
+      'Expected `limit.capacity` to be an integer >= 5, got `4` (number)',
+    );
+  });
+
   it('queues a reservation behind the ones before it', () => {
     let state = bucket.initial(0);
     const starts: number[] = [];

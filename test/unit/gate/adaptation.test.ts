@@ -256,6 +256,92 @@ describe('gate adaptation: remaining and reset', () => {
     expect(Math.max(...times)).toBe(1000);
   });
 
+  it("seeds a learned limit's used units at the start of the provider's window: they leave at its reset", async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    // A daily quota of 1000, all used, renewing in 60 s: 3 calls wait 60 s, not a day.
+    const api = provider(clock, (n) => ({
+      status: 200,
+      headers: n === 0 ? { 'ratelimit-policy': '"day";q=1000;w=86400', ratelimit: '"day";r=0;t=60' } : {},
+    }));
+    const first = api.call('api');
+    await gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+    const rest = Array.from({ length: 3 }, () => {
+      const c = api.call('api');
+      return gate.schedule(c.fn, { key: 'api', inspect: c.inspect });
+    });
+    for (let s = 0; s < 120; s++) {
+      await flush();
+      clock.advance(1000);
+    }
+    await Promise.all(rest);
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0, 60_000, 60_000, 60_000]);
+  });
+
+  it('learns the tightest of the policies a response states over one window', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    // Per user 10 a minute, per organisation 100 a minute: 10 binds, whichever is listed last.
+    const api = provider(clock, () => ({
+      status: 200,
+      headers: {
+        'ratelimit-policy': '"user";q=10;w=60, "org";q=100;w=60',
+        ratelimit: '"user";r=10;t=60, "org";r=100;t=60',
+      },
+    }));
+    const first = api.call('api');
+    await gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+    expect(gate.stats('api').partition.adaptive.find((l) => l.algorithm === 'sliding-log')).toMatchObject({
+      limit: 10,
+      intervalMs: 60_000,
+    });
+  });
+
+  it('holds calls for a far reset no longer than maxRetryAfterMs, then asks the provider again', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock, adapt: { maxRetryAfterMs: 60_000 } });
+    // Remaining 0 for 20 hours.
+    const api = provider(clock, (n) => ({
+      status: 200,
+      headers:
+        n === 0
+          ? { 'x-ratelimit-limit': '1000', 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '72000' }
+          : {},
+    }));
+    const first = api.call('api');
+    await gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+    const second = api.call('api');
+    const queued = gate.schedule(second.fn, { key: 'api', inspect: second.inspect });
+    for (let s = 0; s < 61; s++) {
+      await flush();
+      clock.advance(1000);
+    }
+    await queued;
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0, 60_000]);
+  });
+
+  it('spread pacing spreads a renewed window too, after one that ended at 0', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock, adapt: { pacing: 'spread', learn: false } });
+    // 5 per 10 s, none left, renewing in 1 s: the renewed 5 go out 2 s apart, not at once.
+    const api = provider(clock, (n) => ({
+      status: 200,
+      headers: n === 0 ? { 'ratelimit-policy': '"p";q=5;w=10', ratelimit: '"p";r=0;t=1' } : {},
+    }));
+    const first = api.call('api');
+    await gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+    const rest = Array.from({ length: 5 }, () => {
+      const c = api.call('api');
+      return gate.schedule(c.fn, { key: 'api', inspect: c.inspect });
+    });
+    for (let s = 0; s < 120; s++) {
+      await flush();
+      clock.advance(100);
+    }
+    await Promise.all(rest);
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0, 1000, 3000, 5000, 7000, 9000]);
+  });
+
   it('garbage headers never throw and never pause', async () => {
     const clock = new ManualClock(T0);
     const gate = createGate({ clock });
@@ -467,6 +553,43 @@ describe('gate: arrival margin', () => {
       ['sliding-log', 100, 2000, 100],
       ['leaky-bucket', 10, 1000, 10],
     ]);
+  });
+
+  it('a margined token bucket still admits a cost of its whole burst, later, and refuses burst + 1', async () => {
+    // 100 points/s, bucket 1,000: 100/s × 50 ms = 5 points kept unused (burst′ 995), T = 10 ms.
+    const clock = new ManualClock(T0);
+    const gate = createGate({
+      clock,
+      arrivalMarginMs: 50,
+      perKey: [{ algorithm: 'token-bucket', limit: 100, intervalMs: 1000, burst: 1000, unit: 'points' }],
+    });
+    const starts: [string, number][] = [];
+    const stamp = (key: string) => () => starts.push([key, clock.now() - T0]);
+    const calls = [995, 1000, 1000].map((points) =>
+      gate.schedule(stamp('a'), { key: 'a', cost: { points } }),
+    );
+    // A fresh bucket has been full long enough for the whole 1,000 at once.
+    calls.push(gate.schedule(stamp('b'), { key: 'b', cost: { points: 1000 } }));
+    await flush();
+    expect(starts).toEqual([
+      ['a', 0],
+      ['b', 0],
+    ]);
+    // Above burst′, a call starts (1000 - 995)·T = 50 ms after the bucket is full (at 9 950), and
+    // the next one 50 ms after it is full again (20 000).
+    clock.advance(9_999);
+    await flush();
+    expect(starts).toHaveLength(2);
+    clock.advance(1);
+    await flush();
+    expect(starts.at(-1)).toEqual(['a', 10_000]);
+    clock.advance(30_000);
+    await Promise.all(calls);
+    expect(starts.at(-1)).toEqual(['a', 20_050]);
+    await expect(gate.schedule(stamp('a'), { key: 'a', cost: { points: 1001 } })).rejects.toMatchObject({
+      code: 'ERR_INVALID_COST',
+      message: 'Cost 1001 points exceeds what the token-bucket limit can ever admit (1000)',
+    });
   });
 
   /**

@@ -394,6 +394,8 @@ describe('gate: bad input', () => {
     [{ maxQueueTimeMs: -5 }, 'ERR_INVALID_OPTION'],
     [{ key: 42 }, 'ERR_INVALID_OPTION'],
     [{ signal: 'yes' }, 'ERR_INVALID_OPTION'],
+    // A misspelled option must not run at the default cost.
+    [{ cots: 3 }, 'ERR_INVALID_OPTION'],
   ])('per-call option %j rejects with %s and never calls fn', async (options, code) => {
     const gate = createGate({
       clock: new ManualClock(0),
