@@ -37,6 +37,8 @@ export interface ServerQuotaState {
   refillPerMs: number;
   /** When `allowance` was last brought up to date (refill mode). */
   updatedAt: number;
+  /** Renewed by the gate at a reset since a response set it: what it holds now is the gate's guess. */
+  renewed?: boolean;
 }
 
 /** Allowance at `t` in refill mode: what was left, plus the refill since, up to the limit. */
@@ -67,7 +69,39 @@ function roll(state: ServerQuotaState, now: number): void {
   if (now < state.resetAt || !renews(state)) return;
   state.resetAt = renewedResetAt(state, now);
   state.allowance = state.limit!;
+  state.renewed = true;
   state.spacingMs = state.spread ? state.spanMs / state.limit! : 0;
+}
+
+/**
+ * What a response to an older call says, when a newer one already set the quota (mutates).
+ *
+ * The provider may have seen the older call after the newer one, so its answer can be the later
+ * news: its `bound` (remaining minus everything the provider may not have seen then) holds until
+ * the window ends, and so does the later of the two resets. It only ever tightens the quota: an
+ * older answer never lends what a newer one took away. In a window already over (`now` past the
+ * reset, or renewed by the gate since) it says nothing.
+ */
+export function tightenServerQuota(
+  state: ServerQuotaState,
+  bound: number,
+  resetAt: number,
+  spanMs: number,
+  now: number,
+): void {
+  if (state.refillPerMs > 0) {
+    state.allowance = Math.min(refilled(state, now), bound);
+    state.updatedAt = Math.max(state.updatedAt, now);
+  } else {
+    // After the reset (renewed or about to be), an older answer may be from the window before.
+    if (now >= state.resetAt || state.renewed === true) return;
+    state.allowance = Math.min(state.allowance, bound);
+  }
+  if (resetAt > state.resetAt) state.resetAt = resetAt;
+  if (spanMs > state.spanMs) state.spanMs = spanMs;
+  // spread: what is left lasts until the reset (ms per unit).
+  if (state.spacingMs > 0 && state.allowance > 0)
+    state.spacingMs = Math.max(state.spacingMs, (state.resetAt - now) / state.allowance);
 }
 
 export function createServerQuota(unit: string): LimitCore<ServerQuotaState> {

@@ -16,7 +16,7 @@ import { createLimit } from '../core/create-limit.js';
 import type { LimitCore, LimitSpec } from '../core/limit.js';
 import { minIntervalMs } from '../core/normalize-limit-spec.js';
 import { countsWindow, recountAtMs, recountState } from '../core/recount.js';
-import { createServerQuota, type ServerQuotaState } from '../core/server-quota.js';
+import { createServerQuota, type ServerQuotaState, tightenServerQuota } from '../core/server-quota.js';
 import {
   AbortedError,
   GateClosedError,
@@ -177,7 +177,13 @@ interface Call extends QueueEntry {
   readonly priceMicros: number;
   attempt: number;
   seq: number;
+  /**
+   * Units started in its partition before the server can be sure to have seen this call, per
+   * unit: `cum` at its start minus what was still in flight then (see `learnFrom`).
+   */
   mark: Map<string, number> | undefined;
+  /** Its units are counted in its partition's `outstanding` (started, no answer yet). */
+  outstanding: boolean;
   /** The limits in force when the call last started (for releasing its permits). */
   gcores: readonly LimitCore[] | undefined;
   kcores: readonly LimitCore[] | undefined;
@@ -225,6 +231,8 @@ class Partition {
   /** Calls started in this partition, and units started per unit (to count what the server had not yet seen). */
   seq = 0;
   cum: Map<string, number> | undefined = undefined;
+  /** Units of calls started and not yet answered, per unit: the server may see them after any later call. */
+  outstanding: Map<string, number> | undefined = undefined;
   firstStartAt = 0;
   aimd: AimdState | undefined = undefined;
   /**
@@ -1080,6 +1088,7 @@ export class Gate {
       attempt: 0,
       seq: 0,
       mark: undefined,
+      outstanding: false,
       gcores: undefined,
       kcores: undefined,
       startedAt: 0,
@@ -1101,7 +1110,27 @@ export class Gate {
     now: number,
   ): Promise<unknown> {
     this.started++;
-    if (p.cum !== undefined) this.countStart(p, cost, now);
+    if (p.cum !== undefined) {
+      this.countStart(p, cost, now);
+      // Not inspected, but the server counts it all the same: outstanding until it settles.
+      p.outstanding ??= new Map();
+      const outstanding = p.outstanding;
+      addUnits(outstanding, cost, 1);
+      const wrapped = fn;
+      fn = () => {
+        const settled = () => addUnits(outstanding, cost, -1);
+        let value: unknown;
+        try {
+          value = wrapped();
+        } catch (error) {
+          settled();
+          throw error;
+        }
+        if (value instanceof Promise) value.then(settled, settled);
+        else settled();
+        return value;
+      };
+    }
     if (!this.observe) {
       try {
         const result = fn();
@@ -1126,14 +1155,9 @@ export class Gate {
 
   /** Count a start in a partition that listens to its provider (what the server may not have seen yet). */
   private countStart(p: Partition, cost: ScheduleOptions['cost'], now: number): void {
-    const cum = p.cum!;
     p.seq++;
     if (p.seq === 1) p.firstStartAt = now;
-    cum.set('requests', (cum.get('requests') ?? 0) + unitCost(cost, 'requests'));
-    if (typeof cost === 'object') {
-      for (const unit of Object.keys(cost))
-        if (unit !== 'requests') cum.set(unit, (cum.get(unit) ?? 0) + cost[unit]!);
-    }
+    addUnits(p.cum!, cost, 1);
   }
 
   /**
@@ -1669,7 +1693,15 @@ export class Gate {
     p.cum ??= new Map();
     this.countStart(p, call.cost, now);
     call.seq = p.seq;
+    // What the server may not have seen when it answers this call: every call started after it,
+    // and every call still in flight now (the server may see an earlier call after a later one:
+    // a new connection takes longer than a reused one).
+    p.outstanding ??= new Map();
+    const outstanding = p.outstanding;
     call.mark = new Map(p.cum);
+    for (const [unit, units] of outstanding) call.mark.set(unit, (call.mark.get(unit) ?? 0) - units);
+    addUnits(outstanding, call.cost, 1);
+    call.outstanding = true;
     call.observed = this.observe;
     if (call.observed) this.inFlight++;
     let result: Promise<unknown>;
@@ -1684,7 +1716,15 @@ export class Gate {
     );
   }
 
+  /** The call's answer (or failure) is in: it is no longer outstanding. */
+  private answered(call: Call): void {
+    if (!call.outstanding) return;
+    call.outstanding = false;
+    addUnits(call.partition.outstanding!, call.cost, -1);
+  }
+
   private failed(call: Call, error: unknown): void {
+    this.answered(call);
     if (call.observed)
       this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts, call.startedAt);
     this.endProbe(call.partition);
@@ -1694,6 +1734,7 @@ export class Gate {
   }
 
   private completed(call: Call, value: unknown): void {
+    this.answered(call);
     if (call.observed) {
       this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts, call.startedAt);
       // The window limits of these that were in force then have recounted it (see `reconcile`).
@@ -1872,8 +1913,9 @@ export class Gate {
       const id = `quota:${unit}`;
       const index = p.extra?.ids.indexOf(id) ?? -1;
       const previous = index >= 0 ? (p.extra!.states[index] as ServerQuotaState) : undefined;
-      // A response to an older call than the one that set the quota is stale.
-      if (previous !== undefined && previous.seq > call.seq) continue;
+      // What the provider had not seen when it answered: every call started after this one and
+      // every call in flight when it started (see `mark`). Subtracted, the rest is an upper bound
+      // on what is left now (until the reset).
       const unseen = (p.cum?.get(unit) ?? 0) - (call.mark?.get(unit) ?? 0);
       const allowance = policy!.remaining! - unseen;
       // A reset further away than maxRetryAfterMs holds calls no longer than that cap, as a
@@ -1882,13 +1924,22 @@ export class Gate {
       // not renewed at its capped reset: that would send a whole window at once.
       const capped = policy!.resetMs! > adapt.maxRetryAfterMs;
       const resetAt = now + Math.min(policy!.resetMs!, adapt.maxRetryAfterMs);
+      // The window to renew with: stated, else the longest reset span seen (a response early in a
+      // window shows nearly all of it).
+      const spanMs = capped ? 0 : (policy!.windowMs ?? Math.max(previous?.spanMs ?? 0, policy!.resetMs!));
+      // A response to an older call than the one that set the quota may still be later news (the
+      // provider may have seen that call last): it can only tighten the quota.
+      if (previous !== undefined && previous.seq > call.seq) {
+        tightenServerQuota(previous, allowance, resetAt, spanMs, now);
+        this.dropShadow(p);
+        changed = true;
+        continue;
+      }
       const state: ServerQuotaState = {
         allowance,
         resetAt,
         limit: capped ? undefined : policy!.limit,
-        // The window to renew with: stated, else the longest reset span seen (a response early in
-        // a window shows nearly all of it).
-        spanMs: capped ? 0 : (policy!.windowMs ?? Math.max(previous?.spanMs ?? 0, policy!.resetMs!)),
+        spanMs,
         // spread: ms per unit so what is left lasts until the (real) reset.
         spacingMs: adapt.pacing === 'spread' && allowance > 0 ? policy!.resetMs! / allowance : 0,
         spread: adapt.pacing === 'spread',
@@ -1997,3 +2048,12 @@ export function createGate(options?: GateOptions): Gate {
 }
 
 export type { InvalidOptionError };
+
+/** Add (`sign` 1) or take back (`sign` -1) the units of `cost` in a per-unit count. */
+function addUnits(counts: Map<string, number>, cost: ScheduleOptions['cost'], sign: 1 | -1): void {
+  counts.set('requests', (counts.get('requests') ?? 0) + sign * unitCost(cost, 'requests'));
+  if (typeof cost === 'object') {
+    for (const unit of Object.keys(cost))
+      if (unit !== 'requests') counts.set(unit, (counts.get(unit) ?? 0) + sign * cost[unit]!);
+  }
+}

@@ -11,8 +11,9 @@
  * X-RateLimit headers state no window, only "remaining until reset" (in whole epoch seconds) and
  * the limit. The gate turns that into a server quota that renews itself at the reset to the
  * announced limit (X-RateLimit-Limit) for another window of the longest reset span seen, so the
- * calls waiting for the reset do not all rush out at once: the last test holds it to a couple of
- * 429s.
+ * calls waiting for the reset do not all rush out at once. The 59 go out on new connections and
+ * reach the server in no fixed order: a response counts every call still in flight as unseen,
+ * and an answer to an older call can only tighten the quota (it used to draw 5 to 16 429s).
  */
 import axios from 'axios';
 import { Agent, getGlobalDispatcher, setGlobalDispatcher } from 'undici';
@@ -45,10 +46,10 @@ async function run(send: (i: number) => Promise<number>): Promise<{ statuses: nu
   return { statuses: [first, ...rest], elapsedMs: performance.now() - startedAt };
 }
 
-// 429s allowed per run. X-RateLimit: see the header comment (the gate lifts a quota at its reset).
+// 429s allowed per run: at most a couple once the first response has told the quota.
 const max429s: Record<'x-ratelimit-epoch' | 'ietf-structured', number> = {
   'ietf-structured': 2,
-  'x-ratelimit-epoch': total,
+  'x-ratelimit-epoch': 2,
 };
 
 function expectWithinPolicy(api: SimulatedApi, statuses: number[], elapsedMs: number, max429: number): void {
@@ -110,16 +111,3 @@ describe.each(['ietf-structured', 'x-ratelimit-epoch'] as const)(
     });
   },
 );
-
-describe('x-ratelimit-epoch headers, the goal', () => {
-  it('at most a couple of 429s once the first response has told the quota', async () => {
-    const api = await start('x-ratelimit-epoch');
-    const fetch = wrapFetch(createGate());
-    await run(async (i) => {
-      const response = await fetch(`${api.url}/v1/things/${i}`);
-      await response.arrayBuffer();
-      return response.status;
-    });
-    expect(api.stats().rejected).toBeLessThanOrEqual(2);
-  });
-});

@@ -1,0 +1,178 @@
+/**
+ * The provider does not always answer calls in the order they were sent: a call on a new
+ * connection reaches it after a later call on a reused one. What a response says about the quota
+ * must hold whatever the order the provider saw the calls in.
+ */
+import { describe, expect, it } from 'vitest';
+import { createGate, type Inspection } from '../../../src/gate/gate.js';
+import { ManualClock } from '../../helpers/manual-clock.js';
+
+const flush = async () => {
+  for (let i = 0; i < 3; i++) await new Promise<void>((resolve) => setImmediate(resolve));
+};
+
+const T0 = Date.parse('2026-11-30T12:00:00Z');
+
+interface Reply {
+  status: number;
+  headers: Record<string, string>;
+}
+
+/** A provider whose answers the test hands out one by one, in any order. */
+function heldProvider(clock: ManualClock) {
+  const started: { at: number; answer: (reply: Reply) => void }[] = [];
+  const fn = () =>
+    new Promise<Reply>((resolve) => {
+      started.push({ at: clock.now(), answer: resolve });
+    });
+  const inspect = (r: Reply): Inspection => ({ status: r.status, headers: r.headers, method: 'GET' });
+  return { started, fn, inspect };
+}
+
+const quota = (remaining: number, resetEpochSeconds: number): Reply => ({
+  status: 200,
+  headers: {
+    'x-ratelimit-limit': '10',
+    'x-ratelimit-remaining': String(remaining),
+    'x-ratelimit-reset': String(resetEpochSeconds),
+  },
+});
+
+describe('quota from answers out of order', () => {
+  it('an answer to a later call does not lend the units of earlier calls still in flight', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = heldProvider(clock);
+    const reset = T0 / 1000 + 60;
+    const calls: Promise<unknown>[] = [];
+    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
+    schedule();
+    await flush();
+    api.started[0]!.answer(quota(9, reset));
+    await flush();
+    for (let i = 0; i < 12; i++) schedule();
+    await flush();
+    // The 9 the quota allows are out; 3 wait.
+    expect(api.started).toHaveLength(10);
+    // The provider sees the last of them first (its connection was ready): 8 left, it says. The
+    // other 8 are still on their way and will count too.
+    api.started[9]!.answer(quota(8, reset));
+    await flush();
+    expect(api.started).toHaveLength(10);
+    // Then the others, oldest first: older answers, each true when given.
+    for (let i = 1; i <= 8; i++) api.started[i]!.answer(quota(8 - i, reset));
+    await flush();
+    expect(api.started).toHaveLength(10);
+    // The window renews at the reset: the waiting calls go then, not before.
+    clock.advance(59_999);
+    await flush();
+    expect(api.started).toHaveLength(10);
+    clock.advance(1);
+    await flush();
+    expect(api.started.length).toBeGreaterThan(10);
+    expect(api.started.slice(10).every((s) => s.at === T0 + 60_000)).toBe(true);
+    for (let i = 10; i < api.started.length; i++) api.started[i]!.answer(quota(9, reset + 60));
+    await flush();
+    await Promise.all(calls);
+  });
+
+  it('an older answer that moves the reset later holds the renewal until then', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = heldProvider(clock);
+    const second = T0 / 1000;
+    const calls: Promise<unknown>[] = [];
+    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
+    schedule();
+    await flush();
+    api.started[0]!.answer(quota(9, second + 1));
+    await flush();
+    for (let i = 0; i < 14; i++) schedule();
+    await flush();
+    expect(api.started).toHaveLength(10);
+    // The newest call is answered first, in the window ending at +1 s; the older ones after it,
+    // by which time the provider's reset has moved to +2 s.
+    api.started[9]!.answer(quota(8, second + 1));
+    await flush();
+    for (let i = 1; i <= 8; i++) api.started[i]!.answer(quota(8 - i, second + 2));
+    await flush();
+    clock.advance(1000);
+    await flush();
+    // Renewing at +1 s would send 5 calls the provider refuses.
+    expect(api.started).toHaveLength(10);
+    clock.advance(1000);
+    await flush();
+    expect(api.started).toHaveLength(15);
+    expect(api.started.slice(10).every((s) => s.at === T0 + 2000)).toBe(true);
+    for (let i = 10; i < 15; i++) api.started[i]!.answer(quota(9, second + 3));
+    await flush();
+    await Promise.all(calls);
+  });
+
+  it('an older answer from the window before does not take from the renewed one', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = heldProvider(clock);
+    const second = T0 / 1000;
+    const calls: Promise<unknown>[] = [];
+    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
+    schedule();
+    await flush();
+    api.started[0]!.answer(quota(9, second + 1));
+    await flush();
+    schedule();
+    schedule();
+    await flush();
+    api.started[2]!.answer(quota(7, second + 1));
+    await flush();
+    // At the reset the gate renews the window (limit 10, a window of 1 s) and starts a call in it.
+    clock.advance(1000);
+    schedule();
+    await flush();
+    expect(api.started).toHaveLength(4);
+    // The late answer is from the window before ("0 left until now"): it says nothing of this one.
+    api.started[1]!.answer(quota(0, second + 1));
+    await flush();
+    for (let i = 0; i < 5; i++) schedule();
+    await flush();
+    expect(api.started).toHaveLength(9);
+    for (let i = 3; i < api.started.length; i++) api.started[i]!.answer(quota(5, second + 2));
+    await flush();
+    await Promise.all(calls);
+  });
+
+  it('a call the gate does not inspect counts as unseen while it is in flight', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = heldProvider(clock);
+    const reset = T0 / 1000 + 60;
+    const calls: Promise<unknown>[] = [];
+    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
+    schedule();
+    await flush();
+    api.started[0]!.answer(quota(9, reset));
+    await flush();
+    // Sent through the same partition without reading its answer, then an inspected call.
+    let finishQuiet = () => {};
+    const quiet = gate.schedule(() => new Promise<void>((resolve) => (finishQuiet = resolve)), {
+      key: 'api',
+    });
+    schedule();
+    await flush();
+    expect(api.started).toHaveLength(2);
+    // The provider answers the inspected call first: 2 left. The quiet call may not be counted yet.
+    api.started[1]!.answer(quota(2, reset));
+    await flush();
+    for (let i = 0; i < 4; i++) schedule();
+    await flush();
+    expect(api.started).toHaveLength(3);
+    finishQuiet();
+    await quiet;
+    for (let i = 2; i < api.started.length; i++) api.started[i]!.answer(quota(0, reset));
+    clock.advance(60_000);
+    await flush();
+    for (let i = 3; i < api.started.length; i++) api.started[i]!.answer(quota(9, reset + 60));
+    await flush();
+    await Promise.all(calls);
+  });
+});
