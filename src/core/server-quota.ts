@@ -73,6 +73,23 @@ function roll(state: ServerQuotaState, now: number): void {
   state.spacingMs = state.spread ? state.spanMs / state.limit! : 0;
 }
 
+/** Resets are stated to the second (X-RateLimit-Reset, delta seconds): closer than this is one reset. */
+const RESET_RESOLUTION_MS = 1000;
+
+/**
+ * Whether an answer with reset `resetAt`, read at `now`, is about the window `state` describes:
+ * the window stated by the provider (not one the gate renewed), not over, and the answer's reset
+ * not clearly later. Window semantics only: a refilling quota has no windows.
+ */
+export function inSameWindow(state: ServerQuotaState, resetAt: number, now: number): boolean {
+  return (
+    state.refillPerMs === 0 &&
+    state.renewed !== true &&
+    now < state.resetAt &&
+    resetAt <= state.resetAt + RESET_RESOLUTION_MS
+  );
+}
+
 /**
  * What a response to an older call says, when a newer one already set the quota (mutates).
  *
@@ -93,8 +110,10 @@ export function tightenServerQuota(
     state.allowance = Math.min(refilled(state, now), bound);
     state.updatedAt = Math.max(state.updatedAt, now);
   } else {
-    // After the reset (renewed or about to be), an older answer may be from the window before.
+    // After the reset (renewed or about to be), or with a reset already past or clearly before
+    // the quota's, an older answer is from the window before.
     if (now >= state.resetAt || state.renewed === true) return;
+    if (resetAt <= now || resetAt < state.resetAt - RESET_RESOLUTION_MS) return;
     state.allowance = Math.min(state.allowance, bound);
   }
   if (resetAt > state.resetAt) state.resetAt = resetAt;

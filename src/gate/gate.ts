@@ -16,7 +16,12 @@ import { createLimit } from '../core/create-limit.js';
 import type { LimitCore, LimitSpec } from '../core/limit.js';
 import { minIntervalMs } from '../core/normalize-limit-spec.js';
 import { countsWindow, recountAtMs, recountState } from '../core/recount.js';
-import { createServerQuota, type ServerQuotaState, tightenServerQuota } from '../core/server-quota.js';
+import {
+  createServerQuota,
+  inSameWindow,
+  type ServerQuotaState,
+  tightenServerQuota,
+} from '../core/server-quota.js';
 import {
   AbortedError,
   GateClosedError,
@@ -177,13 +182,8 @@ interface Call extends QueueEntry {
   readonly priceMicros: number;
   attempt: number;
   seq: number;
-  /**
-   * Units started in its partition before the server can be sure to have seen this call, per
-   * unit: `cum` at its start minus what was still in flight then (see `learnFrom`).
-   */
+  /** Units started in its partition up to and including this call, per unit (`cum` at its start). */
   mark: Map<string, number> | undefined;
-  /** Its units are counted in its partition's `outstanding` (started, no answer yet). */
-  outstanding: boolean;
   /** The limits in force when the call last started (for releasing its permits). */
   gcores: readonly LimitCore[] | undefined;
   kcores: readonly LimitCore[] | undefined;
@@ -231,8 +231,11 @@ class Partition {
   /** Calls started in this partition, and units started per unit (to count what the server had not yet seen). */
   seq = 0;
   cum: Map<string, number> | undefined = undefined;
-  /** Units of calls started and not yet answered, per unit: the server may see them after any later call. */
-  outstanding: Map<string, number> | undefined = undefined;
+  /**
+   * Calls started and not yet answered, by start number, with the units each was counted with:
+   * the server may see one of them after a later call.
+   */
+  unanswered: Map<number, readonly (readonly [string, number])[]> | undefined = undefined;
   firstStartAt = 0;
   aimd: AimdState | undefined = undefined;
   /**
@@ -1088,7 +1091,6 @@ export class Gate {
       attempt: 0,
       seq: 0,
       mark: undefined,
-      outstanding: false,
       gcores: undefined,
       kcores: undefined,
       startedAt: 0,
@@ -1112,13 +1114,12 @@ export class Gate {
     this.started++;
     if (p.cum !== undefined) {
       this.countStart(p, cost, now);
-      // Not inspected, but the server counts it all the same: outstanding until it settles.
-      p.outstanding ??= new Map();
-      const outstanding = p.outstanding;
-      addUnits(outstanding, cost, 1);
+      // Not inspected, but the server counts it all the same: unanswered until it settles.
+      const seq = p.seq;
+      const unanswered = p.unanswered!;
       const wrapped = fn;
       fn = () => {
-        const settled = () => addUnits(outstanding, cost, -1);
+        const settled = () => unanswered.delete(seq);
         let value: unknown;
         try {
           value = wrapped();
@@ -1126,7 +1127,8 @@ export class Gate {
           settled();
           throw error;
         }
-        if (value instanceof Promise) value.then(settled, settled);
+        if (typeof (value as PromiseLike<unknown> | null)?.then === 'function')
+          Promise.resolve(value).then(settled, settled);
         else settled();
         return value;
       };
@@ -1157,7 +1159,28 @@ export class Gate {
   private countStart(p: Partition, cost: ScheduleOptions['cost'], now: number): void {
     p.seq++;
     if (p.seq === 1) p.firstStartAt = now;
-    addUnits(p.cum!, cost, 1);
+    // The units are read once: a caller changing its cost object later changes nothing here.
+    const units = unitsOf(cost);
+    const cum = p.cum!;
+    for (const [unit, n] of units) cum.set(unit, (cum.get(unit) ?? 0) + n);
+    p.unanswered ??= new Map();
+    p.unanswered.set(p.seq, units);
+  }
+
+  /**
+   * Units of `unit` the server may not have seen when it answered `call`: every call started
+   * after it, and every call started before it that is still unanswered (the server may see an
+   * earlier call after a later one: a new connection takes longer than a reused one). A call
+   * answered already is taken as seen: the server answers in the order it counts.
+   */
+  private unseenBy(p: Partition, call: Call, unit: string): number {
+    let unseen = (p.cum?.get(unit) ?? 0) - (call.mark?.get(unit) ?? 0);
+    for (const [seq, units] of p.unanswered ?? []) {
+      // Start numbers only grow and the map keeps insertion order: the rest started after.
+      if (seq >= call.seq) break;
+      for (const [u, n] of units) if (u === unit) unseen += n;
+    }
+    return unseen;
   }
 
   /**
@@ -1693,15 +1716,7 @@ export class Gate {
     p.cum ??= new Map();
     this.countStart(p, call.cost, now);
     call.seq = p.seq;
-    // What the server may not have seen when it answers this call: every call started after it,
-    // and every call still in flight now (the server may see an earlier call after a later one:
-    // a new connection takes longer than a reused one).
-    p.outstanding ??= new Map();
-    const outstanding = p.outstanding;
     call.mark = new Map(p.cum);
-    for (const [unit, units] of outstanding) call.mark.set(unit, (call.mark.get(unit) ?? 0) - units);
-    addUnits(outstanding, call.cost, 1);
-    call.outstanding = true;
     call.observed = this.observe;
     if (call.observed) this.inFlight++;
     let result: Promise<unknown>;
@@ -1716,11 +1731,9 @@ export class Gate {
     );
   }
 
-  /** The call's answer (or failure) is in: it is no longer outstanding. */
+  /** The call's answer (or failure) is in: the server has counted it. */
   private answered(call: Call): void {
-    if (!call.outstanding) return;
-    call.outstanding = false;
-    addUnits(call.partition.outstanding!, call.cost, -1);
+    call.partition.unanswered?.delete(call.seq);
   }
 
   private failed(call: Call, error: unknown): void {
@@ -1913,11 +1926,9 @@ export class Gate {
       const id = `quota:${unit}`;
       const index = p.extra?.ids.indexOf(id) ?? -1;
       const previous = index >= 0 ? (p.extra!.states[index] as ServerQuotaState) : undefined;
-      // What the provider had not seen when it answered: every call started after this one and
-      // every call in flight when it started (see `mark`). Subtracted, the rest is an upper bound
-      // on what is left now (until the reset).
-      const unseen = (p.cum?.get(unit) ?? 0) - (call.mark?.get(unit) ?? 0);
-      const allowance = policy!.remaining! - unseen;
+      // What the provider had not seen when it answered (see `unseenBy`). Subtracted, the rest is
+      // an upper bound on what is left now (until the reset).
+      const allowance = policy!.remaining! - this.unseenBy(p, call, unit);
       // A reset further away than maxRetryAfterMs holds calls no longer than that cap, as a
       // Retry-After does (never sleep for a day): then the next call asks the provider again, and
       // its answer (a 429 past the cap refuses it with RateLimitedError) decides. Such a quota is
@@ -1935,13 +1946,17 @@ export class Gate {
         changed = true;
         continue;
       }
+      // In the window the quota already describes, the lower of the two holds: the provider may
+      // have counted a call after this one whose answer came back first.
+      const same = previous !== undefined && inSameWindow(previous, resetAt, now);
+      const left = same ? Math.min(previous!.allowance, allowance) : allowance;
       const state: ServerQuotaState = {
-        allowance,
-        resetAt,
+        allowance: left,
+        resetAt: same ? Math.max(previous!.resetAt, resetAt) : resetAt,
         limit: capped ? undefined : policy!.limit,
         spanMs,
         // spread: ms per unit so what is left lasts until the (real) reset.
-        spacingMs: adapt.pacing === 'spread' && allowance > 0 ? policy!.resetMs! / allowance : 0,
+        spacingMs: adapt.pacing === 'spread' && left > 0 ? policy!.resetMs! / left : 0,
         spread: adapt.pacing === 'spread',
         nextAt: previous?.nextAt ?? now,
         seq: call.seq,
@@ -1973,7 +1988,7 @@ export class Gate {
           // says is used, counted from the start of the provider's window (so it leaves at the
           // provider's reset, not a whole window from now), plus what we sent after this call
           // that it had not yet seen, counted now.
-          const unseen = (p.cum?.get(spec.unit!) ?? 0) - (call.mark?.get(spec.unit!) ?? 0);
+          const unseen = this.unseenBy(p, call, spec.unit!);
           const used = Math.min(spec.limit - (policy.remaining ?? spec.limit), core.capacity);
           if (used > 0) state = core.take(state, used, now - seedAgeMs(policy, spec));
           const recent = Math.min(unseen, core.capacity - Math.max(used, 0));
@@ -2049,11 +2064,11 @@ export function createGate(options?: GateOptions): Gate {
 
 export type { InvalidOptionError };
 
-/** Add (`sign` 1) or take back (`sign` -1) the units of `cost` in a per-unit count. */
-function addUnits(counts: Map<string, number>, cost: ScheduleOptions['cost'], sign: 1 | -1): void {
-  counts.set('requests', (counts.get('requests') ?? 0) + sign * unitCost(cost, 'requests'));
+/** The units a call of `cost` counts, per unit (`requests` always, then the cost's own units). */
+function unitsOf(cost: ScheduleOptions['cost']): (readonly [string, number])[] {
+  const units: (readonly [string, number])[] = [['requests', unitCost(cost, 'requests')]];
   if (typeof cost === 'object') {
-    for (const unit of Object.keys(cost))
-      if (unit !== 'requests') counts.set(unit, (counts.get(unit) ?? 0) + sign * cost[unit]!);
+    for (const unit of Object.keys(cost)) if (unit !== 'requests') units.push([unit, cost[unit]!]);
   }
+  return units;
 }

@@ -52,8 +52,15 @@ const max429s: Record<'x-ratelimit-epoch' | 'ietf-structured', number> = {
   'x-ratelimit-epoch': 2,
 };
 
-function expectWithinPolicy(api: SimulatedApi, statuses: number[], elapsedMs: number, max429: number): void {
+function expectWithinPolicy(
+  api: SimulatedApi,
+  statuses: number[],
+  elapsedMs: number,
+  max429: number,
+  label: string,
+): void {
   const stats = api.stats();
+  console.log(`[e2e] ${label}: ${stats.rejected} × 429, ${Math.round(elapsedMs)} ms`);
   expect(statuses.filter((s) => s === 200)).toHaveLength(total);
   expect(stats.accepted).toBe(total);
   expect(stats.rejected).toBeLessThanOrEqual(max429);
@@ -75,7 +82,7 @@ describe.each(['ietf-structured', 'x-ratelimit-epoch'] as const)(
         await response.arrayBuffer();
         return response.status;
       });
-      expectWithinPolicy(api, statuses, elapsedMs, max429s[style]);
+      expectWithinPolicy(api, statuses, elapsedMs, max429s[style], `${style} wrapFetch`);
     });
 
     it('throttleAxios: 60 requests, all succeed within the policy', async () => {
@@ -86,7 +93,7 @@ describe.each(['ietf-structured', 'x-ratelimit-epoch'] as const)(
         const { statuses, elapsedMs } = await run(
           async (i) => (await instance.get(`/v1/things/${i}`)).status,
         );
-        expectWithinPolicy(api, statuses, elapsedMs, max429s[style]);
+        expectWithinPolicy(api, statuses, elapsedMs, max429s[style], `${style} throttleAxios`);
       } finally {
         dispose();
       }
@@ -103,7 +110,7 @@ describe.each(['ietf-structured', 'x-ratelimit-epoch'] as const)(
           await response.arrayBuffer();
           return response.status;
         });
-        expectWithinPolicy(api, statuses, elapsedMs, max429s[style]);
+        expectWithinPolicy(api, statuses, elapsedMs, max429s[style], `${style} undici`);
       } finally {
         setGlobalDispatcher(previous);
         await agent.close();

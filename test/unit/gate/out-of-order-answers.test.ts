@@ -175,4 +175,151 @@ describe('quota from answers out of order', () => {
     await flush();
     await Promise.all(calls);
   });
+
+  it('answers in order: a burst leaves the quota at what the provider has left, not lower', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = heldProvider(clock);
+    const reset = T0 / 1000 + 60;
+    const calls: Promise<unknown>[] = [];
+    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
+    const limit20 = (remaining: number): Reply => ({
+      status: 200,
+      headers: {
+        'x-ratelimit-limit': '20',
+        'x-ratelimit-remaining': String(remaining),
+        'x-ratelimit-reset': String(reset),
+      },
+    });
+    schedule();
+    await flush();
+    api.started[0]!.answer(limit20(19));
+    await flush();
+    for (let i = 0; i < 14; i++) schedule();
+    await flush();
+    expect(api.started).toHaveLength(15);
+    // The provider counts them in order and answers in order: 18, 17, ... 5 left.
+    for (let i = 1; i < 15; i++) api.started[i]!.answer(limit20(19 - i));
+    await flush();
+    for (let i = 0; i < 8; i++) schedule();
+    await flush();
+    // Its 5 go at once; 3 wait for the reset.
+    expect(api.started).toHaveLength(20);
+    expect(gate.stats('api').partition.adaptive[0]).toMatchObject({
+      algorithm: 'server-quota',
+      available: 0,
+    });
+    for (let i = 15; i < 20; i++) api.started[i]!.answer(limit20(19 - i));
+    clock.advance(60_000);
+    await flush();
+    expect(api.started).toHaveLength(23);
+    for (let i = 20; i < 23; i++) api.started[i]!.answer(limit20(19));
+    await flush();
+    await Promise.all(calls);
+  });
+
+  it("a late answer from the provider's window before does not take from the window after", async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = heldProvider(clock);
+    const second = T0 / 1000;
+    const calls: Promise<unknown>[] = [];
+    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
+    schedule();
+    await flush();
+    api.started[0]!.answer(quota(9, second + 1));
+    await flush();
+    schedule();
+    schedule();
+    await flush();
+    clock.advance(1200);
+    // The newer call is answered first, from the window that began at +1 s: 9 left until +2 s.
+    api.started[2]!.answer(quota(9, second + 2));
+    await flush();
+    // The older one was counted in the window before, which ended at +1 s: 0 left then.
+    api.started[1]!.answer(quota(0, second + 1));
+    await flush();
+    for (let i = 0; i < 5; i++) schedule();
+    await flush();
+    expect(api.started).toHaveLength(8);
+    for (let i = 3; i < 8; i++) api.started[i]!.answer(quota(9 - i, second + 2));
+    await flush();
+    await Promise.all(calls);
+  });
+
+  it('a cost record changed by the caller while its call is in flight counts as it was at the start', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = heldProvider(clock);
+    const tokens = (remaining: number): Reply => ({
+      status: 200,
+      headers: {
+        'x-ratelimit-limit-tokens': '10000',
+        'x-ratelimit-remaining-tokens': String(remaining),
+        'x-ratelimit-reset-tokens': '60s',
+      },
+    });
+    const cost = { requests: 1, tokens: 100 };
+    const first = gate.schedule(api.fn, { key: 'api', inspect: api.inspect, cost });
+    await flush();
+    // A later call in flight, then the caller reuses its record for something bigger.
+    const second = gate.schedule(api.fn, {
+      key: 'api',
+      inspect: api.inspect,
+      cost: { requests: 1, tokens: 10 },
+    });
+    await flush();
+    cost.tokens = 5000;
+    api.started[0]!.answer(tokens(9900));
+    await first;
+    api.started[1]!.answer(tokens(9890));
+    await second;
+    await flush();
+    // The provider says 1000 left: so does the gate, whatever the record says now.
+    clock.advance(120_000);
+    const third = gate.schedule(api.fn, {
+      key: 'api',
+      inspect: api.inspect,
+      cost: { requests: 1, tokens: 10 },
+    });
+    await flush();
+    api.started[2]!.answer(tokens(1000));
+    await third;
+    await flush();
+    const quotaLevel = gate.stats('api').partition.adaptive.find((level) => level.unit === 'tokens');
+    expect(quotaLevel?.available).toBe(1000);
+  });
+
+  it('an uninspected call returning a thenable (not a Promise) counts until it settles', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = heldProvider(clock);
+    const reset = T0 / 1000 + 60;
+    const calls: Promise<unknown>[] = [];
+    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
+    schedule();
+    await flush();
+    api.started[0]!.answer(quota(9, reset));
+    await flush();
+    let settle = (_: unknown) => {};
+    // biome-ignore lint/suspicious/noThenProperty: a thenable that is not a promise is what this test feeds the gate
+    const thenable = { then: (resolve: (value: unknown) => void) => (settle = resolve) };
+    const quiet = gate.schedule(() => thenable as never, { key: 'api' });
+    schedule();
+    await flush();
+    api.started[1]!.answer(quota(2, reset));
+    await flush();
+    for (let i = 0; i < 4; i++) schedule();
+    await flush();
+    // 2 left, less the thenable call the provider may not have counted yet: 1 starts.
+    expect(api.started).toHaveLength(3);
+    settle('done');
+    await quiet;
+    for (let i = 2; i < api.started.length; i++) api.started[i]!.answer(quota(0, reset));
+    clock.advance(60_000);
+    await flush();
+    for (let i = 3; i < api.started.length; i++) api.started[i]!.answer(quota(9, reset + 60));
+    await flush();
+    await Promise.all(calls);
+  });
 });
