@@ -63,6 +63,14 @@ export function plainObject(option: string, value: unknown): Record<string, unkn
   return value as Record<string, unknown>;
 }
 
+/** Refuse a key of `value` that is not one of `known`: a misspelt option would be silently ignored. */
+export function onlyKnownKeys(path: string, value: Record<string, unknown>, known: readonly string[]): void {
+  for (const key of Object.keys(value)) {
+    if (!known.includes(key) && value[key] !== undefined)
+      throw invalid(`${path}.${key}`, `one of the known options (${known.join(', ')})`, value[key]);
+  }
+}
+
 export function fn(option: string, value: unknown): (...args: never[]) => unknown {
   if (typeof value !== 'function') throw invalid(option, 'a function', value);
   return value as (...args: never[]) => unknown;

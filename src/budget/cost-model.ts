@@ -6,7 +6,7 @@
  */
 
 import { InvalidCostError } from '../errors.js';
-import { invalid, plainObject } from '../validate.js';
+import { invalid, onlyKnownKeys, plainObject } from '../validate.js';
 import { costToMicros, type MoneyInput, normalizeCurrency, parseMoney, unitsToScaled } from './money.js';
 
 /** What a call consumed, as providers report it. All counts are integers >= 0. */
@@ -221,7 +221,7 @@ export interface CostModel<Req, Res> {
 export function createCostModel<Req = unknown, Res = unknown>(
   options: CostModelOptions<Req, Res>,
 ): CostModel<Req, Res> {
-  plainObject('costModel', options);
+  onlyKnownKeys('costModel', plainObject('costModel', options), ['currency', 'estimate', 'actual']);
   const currency = normalizeCurrency('costModel.currency', options.currency ?? 'usd');
   const { estimate, actual } = options;
   if (actual !== undefined && typeof actual !== 'function')

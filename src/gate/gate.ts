@@ -33,7 +33,7 @@ import {
 import type { HeadersLike } from '../headers/headers-like.js';
 import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
 import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
-import { invalid } from '../validate.js';
+import { invalid, onlyKnownKeys, plainObject } from '../validate.js';
 import { deadlineError, throttledError } from './call-errors.js';
 import { CallQueue, type QueueEntry } from './call-queue.js';
 import {
@@ -692,7 +692,7 @@ export class Gate {
    * deadline becomes unreachable are rejected.
    */
   setLimits(update: { limits?: readonly LimitSpec[]; perKey?: readonly LimitSpec[] }): void {
-    if (typeof update !== 'object' || update === null) throw invalid('update', 'an object', update);
+    onlyKnownKeys('update', plainObject('update', update), ['limits', 'perKey']);
     const margin = this.arrivalMarginMs;
     const globalCores = update.limits === undefined ? undefined : buildCores(update.limits, 'limits', margin);
     const keyCores = update.perKey === undefined ? undefined : buildCores(update.perKey, 'perKey', margin);
@@ -802,6 +802,7 @@ export class Gate {
    * completions, nothing is in flight.
    */
   close(options: CloseOptions = {}): Promise<void> {
+    onlyKnownKeys('options', plainObject('options', options), ['queued']);
     const mode = options.queued ?? 'run';
     if (mode !== 'run' && mode !== 'reject') throw invalid('queued', "'run' or 'reject'", mode);
     this.closed = true;

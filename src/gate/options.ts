@@ -47,7 +47,10 @@ export interface GateOptions {
    * call is queued and settled with the actual price after the response.
    */
   budget?: BudgetGuard | (Omit<BudgetGuardOptions, 'clock'> & { defaultPriceMicros?: number });
-  /** Randomness for backoff jitter, in [0, 1). Tests inject a fixed one. @default Math.random */
+  /**
+   * Randomness for backoff jitter, in [0, 1). Tests inject a fixed one. A draw outside [0, 1) (or
+   * one that throws) is replaced by `Math.random()`. @default Math.random
+   */
   random?: () => number;
   /**
    * Safety margin, in ms, between the client's clock and the provider's: providers count a
@@ -98,6 +101,7 @@ const knownKeys = new Set([
   'arrivalMarginMs',
 ]);
 const adaptKeys = new Set(Object.keys(defaultAdaptOptions));
+const aimdKeys = new Set(['decrease', 'increase', 'minRatePerSec', 'maxRatePerSec']);
 
 function validateAdapt(value: unknown): AdaptOptions | false {
   if (value === false) return false;
@@ -110,6 +114,8 @@ function validateAdapt(value: unknown): AdaptOptions | false {
   if (o['aimd'] === false) aimd = false;
   else if (o['aimd'] !== undefined) {
     const a = plainObject('adapt.aimd', o['aimd']);
+    for (const key of Object.keys(a))
+      if (!aimdKeys.has(key)) throw invalid(`adapt.aimd.${key}`, 'a known aimd option', a[key]);
     const base = d.aimd as Exclude<AdaptOptions['aimd'], false>;
     const decrease = finiteNumber('adapt.aimd.decrease', a['decrease'] ?? base.decrease, {
       min: 0,
@@ -229,6 +235,18 @@ export function validateGateOptions(options: unknown): NormalizedGateOptions {
   );
   const random = o['random'] ?? Math.random;
   if (typeof random !== 'function') throw invalid('random', 'a function returning [0, 1)', random);
+  // A draw outside [0, 1) (NaN, 1, a throw) must not pause a partition for NaN or forever: that
+  // draw falls back to Math.random.
+  const draw =
+    random === Math.random
+      ? Math.random
+      : () => {
+          try {
+            const r = (random as () => unknown)();
+            if (typeof r === 'number' && r >= 0 && r < 1) return r;
+          } catch {}
+          return Math.random();
+        };
   let budget: BudgetGuard | undefined;
   let ownsBudget = false;
   let defaultPriceMicros = 0;
@@ -244,7 +262,7 @@ export function validateGateOptions(options: unknown): NormalizedGateOptions {
     budget,
     ownsBudget,
     defaultPriceMicros,
-    random: random as () => number,
+    random: draw,
     arrivalMarginMs,
     globalCores: Object.freeze(buildCores(o['limits'], 'limits', arrivalMarginMs)),
     keyCores: Object.freeze(buildCores(o['perKey'], 'perKey', arrivalMarginMs)),

@@ -1,4 +1,4 @@
-import { invalid } from '../validate.js';
+import { invalid, onlyKnownKeys, plainObject } from '../validate.js';
 import {
   type BodyReader,
   type BodyReaderContext,
@@ -46,19 +46,41 @@ export interface ParseRateLimitOptions {
   readonly preferReceiveTime?: boolean;
 }
 
+const parseOptionNames = ['now', 'body', 'bodyReaders', 'resetFormats', 'preferReceiveTime'];
+const resetFormatNames: readonly ResetFormat[] = [
+  'auto',
+  'delta-seconds',
+  'delta-ms',
+  'epoch-seconds',
+  'epoch-ms',
+  'duration',
+  'date',
+];
+
 /**
  * One normalized observation from a response's status, headers and (optionally) parsed body.
  * Pure: all times are measured from `options.now` or the response `Date` header; nothing reads the
  * clock. Never throws on response data: garbage is dropped by the rules commented where they apply.
- * Throws `InvalidOptionError` only for a non-finite `now` or a malformed `bodyReaders` (misuse).
+ * Throws `InvalidOptionError` only for misused options (an unknown one, a non-finite `now`, a
+ * malformed `bodyReaders` or `resetFormats`).
  */
 export function parseRateLimitHeaders(
   status: number,
   headers: HeadersLike,
   options: ParseRateLimitOptions,
 ): RateLimitObservation {
+  onlyKnownKeys('options', plainObject('options', options), parseOptionNames);
   const now = options.now;
   if (typeof now !== 'number' || !Number.isFinite(now)) throw invalid('now', 'a finite number', now);
+  if (options.preferReceiveTime !== undefined && typeof options.preferReceiveTime !== 'boolean')
+    throw invalid('preferReceiveTime', 'a boolean', options.preferReceiveTime);
+  const formats = options.resetFormats;
+  if (formats !== undefined) {
+    for (const [name, format] of Object.entries(plainObject('resetFormats', formats))) {
+      if (!resetFormatNames.includes(format as ResetFormat))
+        throw invalid(`resetFormats.${name}`, `one of ${resetFormatNames.join(', ')}`, format);
+    }
+  }
   const extraReaders = options.bodyReaders ?? [];
   if (!Array.isArray(extraReaders) || extraReaders.some((reader) => typeof reader !== 'function')) {
     throw invalid('bodyReaders', 'an array of functions', extraReaders);

@@ -10,6 +10,7 @@ import type {
   LedgerSettleResult,
   LedgerWindow,
 } from '../budget/ledger.js';
+import { invalid } from '../validate.js';
 
 export interface AsyncLedger {
   /**
@@ -27,6 +28,10 @@ export interface AsyncLedger {
 
 /** A synchronous ledger (memory, file) seen through the asynchronous interface. */
 export function asyncLedger(ledger: Ledger): AsyncLedger {
+  for (const method of ['reserve', 'settle', 'release', 'snapshot', 'reset'] as const) {
+    if (typeof (ledger as Partial<Ledger> | null)?.[method] !== 'function')
+      throw invalid('ledger', 'a ledger (reserve, settle, release, snapshot, reset)', ledger);
+  }
   const wrap =
     <A extends unknown[], R>(fn: (...args: A) => R) =>
     (...args: A): Promise<R> => {

@@ -315,6 +315,8 @@ export class RedisStore implements Store {
     this.batch = batch;
     const redis = o['redis'];
     if (typeof redis === 'string') {
+      // ioredis reads '' as "localhost, default port": a missing setting must not connect there.
+      if (redis.trim() === '') throw invalid('redis', 'an ioredis client or a redis:// URL', redis);
       this.client = connectRedis(redis);
       this.ownsClient = true;
     } else if (typeof (redis as RedisClient | null)?.call === 'function') {

@@ -87,7 +87,7 @@ export interface SharedGateOptions {
   budget?: SharedBudget;
   /** Local time source (timers and deadlines). @default systemClock */
   clock?: Clock;
-  /** Backoff jitter in [0, 1). @default Math.random */
+  /** Backoff jitter in [0, 1); a draw outside it (or a throw) is replaced by `Math.random()`. @default Math.random */
   random?: () => number;
 }
 

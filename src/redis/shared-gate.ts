@@ -44,7 +44,7 @@ import {
 } from '../gate/schedule-options.js';
 import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
 import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
-import { invalid } from '../validate.js';
+import { invalid, onlyKnownKeys, plainObject } from '../validate.js';
 import { levelCapacity } from './memory-store.js';
 import {
   type FailurePolicy,
@@ -452,6 +452,7 @@ export class SharedGate {
    * opened it.
    */
   async close(options: { queued?: 'run' | 'reject' } = {}): Promise<void> {
+    onlyKnownKeys('options', plainObject('options', options), ['queued']);
     const mode = options.queued ?? 'run';
     if (mode !== 'run' && mode !== 'reject') throw invalid('queued', "'run' or 'reject'", mode);
     this.closed = true;
