@@ -98,6 +98,22 @@ async function tollgateGate(): Promise<Contender> {
   };
 }
 
+/**
+ * No limiter: one EVALSHA of a script that returns 1, per decision. The floor of any Redis
+ * limiter that decides in one round trip, on this host, at each load.
+ */
+async function floor(): Promise<Contender> {
+  const c = await client(false);
+  const sha = (await c.client.script('LOAD', 'return 1')) as string;
+  const base = c.count();
+  return {
+    name: 'floor: one EVALSHA of `return 1` (no limiter)',
+    decide: () => c.client.evalsha(sha, 0),
+    commands: () => c.count() - base,
+    close: async () => c.client.disconnect(),
+  };
+}
+
 async function rateLimiterFlexible(name: string, autoPipelining: boolean): Promise<Contender | string> {
   let RateLimiterRedis: new (options: Record<string, unknown>) => { consume(key: string): Promise<unknown> };
   try {
@@ -336,6 +352,7 @@ export async function redisBench(): Promise<{ markdown: string }> {
       rounds: ROUNDS,
     },
     { make: () => bottleneck(), sequential: true, rounds: 1 },
+    { make: () => floor(), sequential: true, rounds: ROUNDS },
   ];
   const contenders: { spec: Spec; contender: Contender; closed: [string, Result][] }[] = [];
   for (const spec of specs) {
@@ -408,7 +425,8 @@ export async function redisBench(): Promise<{ markdown: string }> {
       'Both loads are the same for every contender; the issuing loop runs on callbacks (no promise per turn) so the harness allocates little. ' +
       '"batched": the tollgate store sends the decisions of one tick as one EVALSHA (its default, option `batch`); "unbatched": `batch: false`, one EVALSHA per decision. ' +
       'Commands are counted at the client (every command ioredis sends, pipelined or not); a command is one request and one reply. ' +
-      "The event-loop delay column is the bench process's own scheduling noise during the open-loop run (a floor under its p99).",
+      "The event-loop delay column is the bench process's own scheduling noise during the open-loop run (a floor under its p99). " +
+      'The "floor" row is no limiter at all: one EVALSHA of a script that returns 1 per decision, the least any one-round-trip limiter can cost on this host at each load.',
     ...notes.map((n) => `Not measured: ${n}.`),
   ].join('\n');
   return { markdown };
