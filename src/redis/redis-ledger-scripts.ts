@@ -10,12 +10,17 @@
  * (`<h(budgetId)>:<start>:<end>`):
  *   :w:<wid>   hash  id bid ws we rm s r l    (budget id, its hash, window, rolling ms, spent, reserved, limit)
  *   :h:<wid>   hash  reservation id -> 'micros at expiresAt'   (holds in flight)
+ *   :he:<wid>  zset  'reservation id:micros' scored by expiresAt (the holds, to find expired ones)
+ *   :ha:<wid>  zset  'reservation id:micros' scored by at  (rolling: the holds, to prune by time)
  *   :g:<wid>   zset  'reservation id:micros' scored by at      (rolling: settled spend by time)
  *   :b:<bid>   set   window ids of one budget;   :i   set   every window id (snapshots, reset)
  *   :r:<id>    string  the window ids a reservation holds
  *   :x:<id>    string  a tombstone: released before its reserve ran (see LEDGER_SETTLE_LUA)
  *   (an id is chosen by the client, see `redis-ledger.ts`: no ':' and no space)
  * Money is integer micro-units; every number is passed as a `%.17g` string (exact below 2^53).
+ * The two hold indexes keep a reserve, a refusal and a prune from reading every hold of a window:
+ * they read the holds that expired or left the window (a refusal with 2,000 holds in flight read
+ * them all: 6.4 ms of Redis time on a calendar budget, 21.6 ms on a rolling one).
  */
 
 const LEDGER_LUA = `
@@ -45,85 +50,134 @@ local function touch(wid, ws, we, rm, bid, now)
   extend(P .. ':w:' .. wid, ttl)
   if redis.call('EXISTS', P .. ':h:' .. wid) == 1 then extend(P .. ':h:' .. wid, ttl) end
   if redis.call('EXISTS', P .. ':g:' .. wid) == 1 then extend(P .. ':g:' .. wid, ttl) end
+  -- PEXPIRE of a key that does not exist does nothing.
+  extend(P .. ':he:' .. wid, ttl)
+  if rm then extend(P .. ':ha:' .. wid, ttl) end
   extend(P .. ':b:' .. bid, ttl)
   extend(P .. ':i', ttl)
   return ttl
 end
 
 local function dropWindow(wid, bid)
-  redis.call('DEL', P .. ':w:' .. wid, P .. ':h:' .. wid, P .. ':g:' .. wid)
+  redis.call('DEL', P .. ':w:' .. wid, P .. ':h:' .. wid, P .. ':g:' .. wid, P .. ':he:' .. wid, P .. ':ha:' .. wid)
   redis.call('SREM', P .. ':b:' .. bid, wid)
   redis.call('SREM', P .. ':i', wid)
+end
+
+-- Index a hold (reserve) or drop it from the indexes (settle, release, prune). member: 'id:micros'.
+local function indexHold(wid, member, at, expiresAt, rolling)
+  redis.call('ZADD', P .. ':he:' .. wid, expiresAt, member)
+  if rolling then redis.call('ZADD', P .. ':ha:' .. wid, at, member) end
+end
+local function unindexHold(wid, member, rolling)
+  redis.call('ZREM', P .. ':he:' .. wid, member)
+  if rolling then redis.call('ZREM', P .. ':ha:' .. wid, member) end
+end
+
+-- Holds written before the indexes existed (an older tollgate): index them all, once.
+local function ensureIndexed(wid, rolling)
+  local h = P .. ':h:' .. wid
+  if redis.call('HLEN', h) == redis.call('ZCARD', P .. ':he:' .. wid) then return end
+  redis.call('DEL', P .. ':he:' .. wid, P .. ':ha:' .. wid)
+  local holds = redis.call('HGETALL', h)
+  for i = 1, #holds, 2 do
+    local micros, at, expiresAt = string.match(holds[i + 1], '(%S+) (%S+) (%S+)')
+    indexHold(wid, holds[i] .. ':' .. micros, at, expiresAt, rolling)
+  end
+end
+
+-- The id and micros of an index member 'id:micros' (ids hold no ':').
+local function memberParts(member)
+  return string.match(member, '^(.*):(%S+)$')
 end
 
 -- Rolling: drop settled spend and holds dated at or before now - rollingMs (budget.ts pruneRolling).
 local function pruneRolling(wid, rm, now)
   local w = P .. ':w:' .. wid
-  local cutoff = now - rm
+  local cutoff = fmt(now - rm)
   local spent = 0
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', P .. ':g:' .. wid, '-inf', fmt(cutoff))) do
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', P .. ':g:' .. wid, '-inf', cutoff)) do
     spent = spent + tonumber(string.match(member, ':(%S+)$'))
   end
   if spent ~= 0 then
-    redis.call('ZREMRANGEBYSCORE', P .. ':g:' .. wid, '-inf', fmt(cutoff))
+    redis.call('ZREMRANGEBYSCORE', P .. ':g:' .. wid, '-inf', cutoff)
     redis.call('HINCRBY', w, 's', fmt(0 - spent))
   end
-  local h = P .. ':h:' .. wid
-  local holds = redis.call('HGETALL', h)
+  ensureIndexed(wid, true)
+  local ha = P .. ':ha:' .. wid
+  local old = redis.call('ZRANGEBYSCORE', ha, '-inf', cutoff)
+  if #old == 0 then return end
+  local h, he = P .. ':h:' .. wid, P .. ':he:' .. wid
   local reserved = 0
-  for i = 1, #holds, 2 do
-    local micros, at = string.match(holds[i + 1], '(%S+) (%S+)')
-    if tonumber(at) <= cutoff then
-      redis.call('HDEL', h, holds[i])
-      reserved = reserved + tonumber(micros)
-    end
+  for _, member in ipairs(old) do
+    local id, micros = memberParts(member)
+    redis.call('HDEL', h, id)
+    redis.call('ZREM', he, member)
+    reserved = reserved + tonumber(micros)
   end
-  if reserved ~= 0 then redis.call('HINCRBY', w, 'r', fmt(0 - reserved)) end
+  redis.call('ZREMRANGEBYSCORE', ha, '-inf', cutoff)
+  redis.call('HINCRBY', w, 'r', fmt(0 - reserved))
 end
 
 -- Holds past expiresAt: reported as spent (their process may have died after sending).
-local function expiredMicros(wid, now)
-  local holds = redis.call('HGETALL', P .. ':h:' .. wid)
+local function expiredMicros(wid, now, rolling)
+  ensureIndexed(wid, rolling)
   local sum = 0
-  for i = 2, #holds, 2 do
-    local micros, _, expiresAt = string.match(holds[i], '(%S+) (%S+) (%S+)')
-    if tonumber(expiresAt) <= now then sum = sum + tonumber(micros) end
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', P .. ':he:' .. wid, '-inf', fmt(now))) do
+    local _, micros = memberParts(member)
+    sum = sum + tonumber(micros)
   end
   return sum
 end
 
--- Rolling: counted entries (settled spend and holds) as {at, micros}, ascending by at.
-local function counted(wid)
-  local entries = {}
-  local log = redis.call('ZRANGE', P .. ':g:' .. wid, 0, -1, 'WITHSCORES')
-  for i = 1, #log, 2 do
-    entries[#entries + 1] = { tonumber(log[i + 1]), tonumber(string.match(log[i], ':(%S+)$')) }
+-- Rolling: counted entries (settled spend and holds) as {at, micros}, ascending by at: the two
+-- logs, each sorted by Redis, merged. Only as many as asked for (n, or all).
+local function counted(wid, n)
+  ensureIndexed(wid, true)
+  local function read(key)
+    local log, out = redis.call('ZRANGE', key, 0, n and (n - 1) or -1, 'WITHSCORES'), {}
+    for i = 1, #log, 2 do
+      out[#out + 1] = { tonumber(log[i + 1]), tonumber(string.match(log[i], ':(%S+)$')) }
+    end
+    return out
   end
-  local holds = redis.call('HGETALL', P .. ':h:' .. wid)
-  for i = 2, #holds, 2 do
-    local micros, at = string.match(holds[i], '(%S+) (%S+)')
-    entries[#entries + 1] = { tonumber(at), tonumber(micros) }
+  local a, b = read(P .. ':g:' .. wid), read(P .. ':ha:' .. wid)
+  local entries, i, j = {}, 1, 1
+  while (i <= #a or j <= #b) and (not n or #entries < n) do
+    if j > #b or (i <= #a and a[i][1] <= b[j][1]) then
+      entries[#entries + 1] = a[i]
+      i = i + 1
+    else
+      entries[#entries + 1] = b[j]
+      j = j + 1
+    end
   end
-  table.sort(entries, function(a, b) return a[1] < b[1] end)
   return entries
 end
 
 -- budget.ts rollingResetAt: when the oldest counted spend leaves the window; now if none.
-local function rollingResetAt(entries, rm, now)
-  if #entries == 0 then return now end
-  return entries[1][1] + rm
+local function rollingResetAt(wid, rm, now)
+  local oldest = counted(wid, 1)
+  if #oldest == 0 then return now end
+  return oldest[1][1] + rm
 end
 
--- budget.ts rollingRetryAt: earliest time estimate fits if nothing else happens.
-local function rollingRetryAt(entries, rm, estimate, limit, now)
+-- budget.ts rollingRetryAt: earliest time estimate fits if nothing else happens. total: every
+-- counted micro-unit (the window's spent + reserved). Reads the oldest entries only as far as
+-- must leave, in chunks that double.
+local function rollingRetryAt(wid, total, rm, estimate, limit, now)
   if estimate > limit then return INF end
-  local total = 0
-  for i = 1, #entries do total = total + entries[i][2] end
-  local retryAt = now
-  for i = 1, #entries do
-    if estimate <= limit - total then break end
-    total = total - entries[i][2]
-    if entries[i][1] + rm > retryAt then retryAt = entries[i][1] + rm end
+  local retryAt, done, n = now, 0, 64
+  while not (estimate <= limit - total) do
+    local entries = counted(wid, n)
+    if done >= #entries then break end
+    for i = done + 1, #entries do
+      total = total - entries[i][2]
+      if entries[i][1] + rm > retryAt then retryAt = entries[i][1] + rm end
+      done = i
+      if estimate <= limit - total then break end
+    end
+    n = n * 2
   end
   return retryAt
 end
@@ -212,13 +266,12 @@ for _, e in ipairs(entries) do
   local win = windowOf(e.wid)
   -- budget.ts fits: subtract instead of adding three terms (exact near the largest amounts).
   if not (e.est <= e.limit - win.s - win.r) then
-    local expired = expiredMicros(e.wid, now)
+    local expired = expiredMicros(e.wid, now, e.rm ~= nil)
     local resetAt, retryAt = e.we, e.we
     if e.est > e.limit then retryAt = INF end
     if e.rm then
-      local c = counted(e.wid)
-      resetAt = rollingResetAt(c, e.rm, now)
-      retryAt = rollingRetryAt(c, e.rm, e.est, e.limit, now)
+      resetAt = rollingResetAt(e.wid, e.rm, now)
+      retryAt = rollingRetryAt(e.wid, win.s + win.r, e.rm, e.est, e.limit, now)
     end
     return { 0, e.id, fmt(win.s + expired), fmt(win.r - expired), fmt(e.limit), fmt(e.est), fmt(resetAt), fmt(retryAt) }
   end
@@ -230,7 +283,10 @@ local ttl = 0
 for _, e in ipairs(entries) do
   local w = P .. ':w:' .. e.wid
   local r = redis.call('HINCRBY', w, 'r', fmt(e.est))
+  -- Holds an older tollgate wrote unindexed stay so until a read needs them (see ensureIndexed):
+  -- an index never has more members than the holds, so the counts tell.
   redis.call('HSET', P .. ':h:' .. e.wid, id, fmt(e.est) .. ' ' .. fmt(now) .. ' ' .. fmt(e.exp))
+  indexHold(e.wid, id .. ':' .. fmt(e.est), fmt(now), fmt(e.exp), e.rm ~= nil)
   local t = touch(e.wid, e.ws, e.we, e.rm, e.bid, now)
   if t > ttl then ttl = t end
   held[#held + 1] = e.wid
@@ -280,7 +336,10 @@ for wid in string.gmatch(rec, '%S+') do
   local hold = redis.call('HGET', h, id)
   local win = windowOf(wid)
   local micros, at = nil, nil
-  if hold then micros, at = string.match(hold, '(%S+) (%S+)') end
+  if hold then
+    micros, at = string.match(hold, '(%S+) (%S+)')
+    unindexHold(wid, id .. ':' .. micros, win ~= nil and win.rm ~= nil)
+  end
   if hold and win and win.rm and tonumber(at) <= now - win.rm then
     -- A rolling hold that has left the window: dropped as pruneRolling drops it, not charged.
     redis.call('HDEL', h, id)
@@ -324,9 +383,9 @@ for _, wid in ipairs(redis.call('SMEMBERS', P .. ':i')) do
     if win.rm then
       pruneRolling(wid, win.rm, now)
       win = windowOf(wid)
-      resetAt = rollingResetAt(counted(wid), win.rm, now)
+      resetAt = rollingResetAt(wid, win.rm, now)
     end
-    local expired = expiredMicros(wid, now)
+    local expired = expiredMicros(wid, now, win.rm ~= nil)
     local rm = ''
     if win.rm then rm = fmt(win.rm) end
     reply[#reply + 1] = win.id

@@ -308,6 +308,50 @@ function cases(makeLedger: () => AnyLedger, mode: 'sync' | 'async'): void {
     });
   });
 
+  it('rolling, 300 entries: settled spend and holds (some expired) count in order of time; retryAt, resetAt and pruning read only what leaves', async () => {
+    const ledger = make();
+    const limit = 300_000;
+    // One entry every 100 ms: even ones settled at 1_000, odd ones held, those before 10_000
+    // expiring at once (their process died), the later ones held until long after.
+    for (let i = 0; i < 300; i++) {
+      const at = i * 100;
+      const expiresAt = i % 2 === 1 && at < 10_000 ? at + 10 : at + 1_000_000;
+      const id = await reserveOk(
+        ledger,
+        [rolling(at, { limitMicros: limit, estimateMicros: 1_000, expiresAt })],
+        at,
+      );
+      if (i % 2 === 0) await ledger.settle(id, 1_000, at + 1);
+    }
+    // Full. 150_500 free needs the 151 oldest entries to leave: entry 150, at 15_000, leaves at 75_000.
+    const now = 29_950;
+    const refused = await ledger.reserve(
+      [rolling(now, { limitMicros: limit, estimateMicros: 150_500 })],
+      now,
+    );
+    expect(refused).toEqual({
+      ok: false,
+      budgetId: 'roll',
+      // 150 settled, plus the 50 expired holds reported as spent.
+      spentMicros: 200_000,
+      reservedMicros: 100_000,
+      limitMicros: limit,
+      estimateMicros: 150_500,
+      resetAt: 60_000,
+      retryAt: 75_000,
+    });
+    // At 70_000 every entry up to 10_000 has left (101 of them, the expired holds with them): 99
+    // settled and 100 held remain, the oldest at 10_100.
+    expect(await only(ledger, 70_000, 'roll')).toMatchObject({
+      spentMicros: 99_000,
+      reservedMicros: 100_000,
+      resetAt: 70_100,
+    });
+    expect(
+      (await ledger.reserve([rolling(70_000, { limitMicros: limit, estimateMicros: 100_000 })], 70_000)).ok,
+    ).toBe(true);
+  });
+
   it('rolling: the snapshot reports the sliding window and when its oldest spend leaves', async () => {
     const ledger = make();
     const a = await reserveOk(ledger, [rolling(5_000, { estimateMicros: 100_000 })], 5_000);

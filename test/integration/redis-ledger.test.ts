@@ -69,6 +69,43 @@ describe.skipIf(skip !== false)('Redis ledger keys', () => {
     expect(ttls.filter(([, ttl]) => ttl < 0)).toEqual([]);
   });
 
+  it('holds written before the hold indexes existed are indexed when next read: expired ones count, old ones leave', async () => {
+    const keyPrefix = `${prefix}-legacy`;
+    const ledger = ledgerAt(keyPrefix);
+    const rolling = (at: number, estimateMicros: number, expiresAt: number) => ({
+      budgetId: 'roll',
+      windowStart: at - 60_000,
+      windowEnd: at,
+      rollingMs: 60_000,
+      limitMicros: 10_000,
+      estimateMicros,
+      expiresAt,
+    });
+    const t = now;
+    for (let i = 0; i < 4; i++) {
+      const r = await ledger.reserve(
+        [rolling(t + i * 1000, 1_000, t + i * 1000 + (i < 2 ? 10 : 600_000))],
+        t + i * 1000,
+      );
+      expect(r.ok).toBe(true);
+    }
+    // An older tollgate wrote the holds with no index.
+    const indexes = (await keysOfTag(admin!, `{${keyPrefix}:*`)).filter((key) => /:h[ea]:/.test(key));
+    expect(indexes.length).toBe(2);
+    await admin!.del(...indexes);
+    // The two holds whose process died count as spent.
+    const refused = await ledger.reserve([rolling(t + 5000, 9_000, t + 600_000)], t + 5000);
+    expect(refused).toMatchObject({ ok: false, spentMicros: 2_000, reservedMicros: 2_000 });
+    // A minute after the first two, they have left the window; the other two still count.
+    const later = t + 61_000;
+    const windows = await ledger.snapshot(later);
+    expect(windows.find((w) => w.budgetId === 'roll')).toMatchObject({
+      spentMicros: 0,
+      reservedMicros: 2_000,
+    });
+    expect((await ledger.reserve([rolling(later, 8_000, later + 600_000)], later)).ok).toBe(true);
+  });
+
   it('ledgers sharing a prefix (other processes, or this one restarted) never choose the same id', async () => {
     const keyPrefix = `${prefix}-ids`;
     // Ids are chosen by each ledger: a random prefix and a counter, with no counter in Redis.
