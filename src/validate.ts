@@ -5,12 +5,16 @@ function describe(value: unknown): string {
   let shown: string;
   if (typeof value === 'string') shown = JSON.stringify(value);
   else if (typeof value === 'function') shown = 'function';
+  else if (Array.isArray(value)) shown = value.length === 0 ? '[]' : `[${value.length} items]`;
   else if (typeof value === 'object' && value !== null) {
+    // Key names only: a misplaced option is often a headers record, and its values credentials.
+    let keys: string[];
     try {
-      shown = JSON.stringify(value) ?? String(value);
+      keys = Object.keys(value);
     } catch {
-      shown = Object.prototype.toString.call(value);
+      keys = [];
     }
+    shown = keys.length === 0 ? Object.prototype.toString.call(value) : `{ ${keys.join(', ')} }`;
     if (shown.length > 60) shown = `${shown.slice(0, 57)}...`;
   } else shown = String(value);
   return `\`${shown}\` (${value === null ? 'null' : typeof value})`;

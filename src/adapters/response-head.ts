@@ -23,6 +23,45 @@ export class ResponseHead<H = Headers> {
     this.statusText = statusText;
     this.headers = headers;
   }
+
+  /**
+   * What `console.log(error)` and `util.inspect` print of it: the status and the response headers,
+   * `Set-Cookie` redacted (a session credential the provider gave; it belongs in no log). The
+   * headers themselves stay whole for a caller who asks them.
+   */
+  [Symbol.for('nodejs.util.inspect.custom')](): object {
+    return { status: this.status, statusText: this.statusText, headers: printable(this.headers) };
+  }
+
+  toJSON(): object {
+    return { status: this.status, statusText: this.statusText, headers: printable(this.headers) };
+  }
+}
+
+const credentialHeader = /^set-cookie2?$/i;
+
+/** The headers as a plain record, credentials redacted: a `Headers`, axios' headers or undici's record. */
+function printable(headers: unknown): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const put = (name: string, value: unknown) => {
+    out[name] = credentialHeader.test(name) ? '[redacted]' : value;
+  };
+  try {
+    if (typeof Headers !== 'undefined' && headers instanceof Headers)
+      headers.forEach((value, name) => {
+        put(name, value);
+      });
+    else if (typeof headers === 'object' && headers !== null) {
+      const record =
+        typeof (headers as { toJSON?: unknown }).toJSON === 'function'
+          ? (headers as { toJSON(): unknown }).toJSON()
+          : headers;
+      for (const [name, value] of Object.entries(record as object)) put(name, value);
+    }
+  } catch {
+    // Headers that cannot be read print as none.
+  }
+  return out;
 }
 
 // Beside the head rather than on it: util.inspect (showHidden) prints non-enumerable and

@@ -138,6 +138,11 @@ const discardMaxBytes = 65_536;
  * An undici 7 interceptor sending every request through `gate`. Options are validated here
  * (`InvalidOptionError` naming the option).
  *
+ * A dispatcher sees each request a client sends, and redirects are new requests: fetch follows a
+ * 3xx above the dispatcher, so each hop goes through the gate as a call of its own, counted by the
+ * limits and priced by `price.estimate` (a redirect the provider bills nothing for can be priced 0
+ * there: the hook receives the hop's dispatch options). `wrapFetch`, around fetch, sees one call.
+ *
  * @example
  * const agent = new Agent().compose(tollgateInterceptor(gate));
  * setGlobalDispatcher(agent); // global fetch, undici.request, and libraries built on them
@@ -542,7 +547,10 @@ class Attempt implements DispatchHandler {
         this.stopCollecting();
         return;
       case 'delivering':
-        if (this.next < this.chunks.length || this.request.paused) this.error = error;
+        // An error waits behind the chunks the caller has not taken yet (it paused); an abort does
+        // not: a caller that gave up never resumes, and its handler must still hear the end.
+        if (!this.request.aborted && (this.next < this.chunks.length || this.request.paused))
+          this.error = error;
         else this.request.fail(error);
         return;
       default:

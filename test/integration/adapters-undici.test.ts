@@ -202,6 +202,33 @@ describe('tollgateInterceptor', () => {
     expect(server.requests.map((r) => r.url)).toEqual(['/v1/next']);
   });
 
+  it('abort while the caller has paused the response body: its handler hears the abort', async () => {
+    const server = await serve((_req, _n, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      // A body longer than one chunk, and unended: the caller pauses after the first chunk.
+      res.write(Buffer.alloc(64 * 1024, 97));
+    });
+    const { gate, dispatcher } = setup({ limits: [{ algorithm: 'concurrency', limit: 1 }] });
+    const rec = recorder();
+    let paused = false;
+    const handler: Dispatcher.DispatchHandler = {
+      ...rec.handler,
+      onResponseData(c, chunk) {
+        rec.handler.onResponseData?.(c, chunk);
+        if (!paused) {
+          paused = true;
+          c.pause();
+          setImmediate(() => c.abort(new Error('caller gave up')));
+        }
+      },
+    };
+    dispatcher.dispatch({ origin: server.url, path: '/v1/big', method: 'GET' }, handler);
+    await within(rec.finished, 2000);
+    expect(rec.events).toEqual(['start', 'head 200', 'error caller gave up']);
+    await ticks();
+    expect(gate.stats().inFlight).toBe(0);
+  });
+
   it('a JSON error body is read for body-borne limits and replayed whole to the caller when kept', async () => {
     const retryInfo = {
       error: { details: [{ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '3s' }] },
