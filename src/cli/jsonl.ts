@@ -74,7 +74,9 @@ export async function* readLines(
     const whole = kept.length === 0 ? last : Buffer.concat([...kept, last], bytes);
     const end =
       whole.length > 0 && whole[whole.length - 1] === carriageReturn ? whole.length - 1 : whole.length;
-    const text = whole.toString('utf8', 0, end);
+    let text = whole.toString('utf8', 0, end);
+    // Some editors start a UTF-8 file with a byte order mark; it belongs to no line's JSON.
+    if (number === 1 && text.startsWith('\uFEFF')) text = text.slice(1);
     return text.trim() === '' ? undefined : { number, text };
   };
 

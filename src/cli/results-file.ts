@@ -18,13 +18,15 @@ export interface Completed {
 }
 
 /** Ids already in the output (streaming; a missing file has none). */
-export async function readCompleted(path: string): Promise<Completed> {
+export async function readCompleted(path: string, stopped: () => boolean = () => false): Promise<Completed> {
   const ids = new Set<string>();
   const succeeded = new Set<string>();
   let results = 0;
   let unreadable = 0;
   if (!existsSync(path)) return { ids, succeeded, results, unreadable };
   for await (const line of readFileLines(path)) {
+    // A large results file takes seconds to read: Ctrl-C ends the read (nothing is sent after it).
+    if (stopped()) break;
     if (line.text === undefined) {
       // Longer than any line this tool writes (--max-inline-body is capped below it).
       unreadable++;

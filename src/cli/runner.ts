@@ -12,7 +12,7 @@
  */
 import { createHash } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import PQueue from 'p-queue';
 import {
@@ -35,7 +35,7 @@ import { MalformedLineError, parseRequestLine, type RequestSpec } from './reques
 import { type Completed, ResultWriter, readCompleted } from './results-file.js';
 
 export interface RunConfig extends GateConfig {
-  /** A JSONL file, or `-` for stdin (no total, no ETA). */
+  /** A JSONL file, or `-` for stdin. A pipe (`<(cmd)`, a FIFO) is read once like stdin: no total, no ETA. */
   readonly input: string;
   readonly out: string;
   /** A malformed line stops the run (before anything is sent, for a file) instead of being skipped. */
@@ -87,7 +87,7 @@ export interface RunSignals {
 export interface RunReport {
   readonly input: string;
   readonly out: string;
-  /** Requests to do in this run, from the first pass (undefined for stdin). */
+  /** Requests to do in this run, from the first pass (undefined for stdin, a pipe, or a stop during the pass). */
   readonly toDo: number | undefined;
   /** Valid request lines read in this run (including those already done). */
   readonly read: number;
@@ -112,12 +112,15 @@ export interface RunReport {
   readonly pauses: number;
   /** Time during which some partition was paused (ms, overlapping pauses counted once). */
   readonly pausedMs: number;
-  /** Read but not sent (stopped by Ctrl-C, a budget, or --strict), or aborted in flight. */
+  /**
+   * Requests to do that got no result (stopped by Ctrl-C, a budget, or --strict, or aborted in
+   * flight). Without a total (stdin, a pipe), only those read count: the rest is unknown.
+   */
   readonly notSent: number;
   readonly budgetStop: BudgetExceededError | undefined;
   readonly interrupted: boolean;
   readonly killed: boolean;
-  /** --strict stopped at this malformed line (stdin input only; files are checked before sending). */
+  /** --strict stopped at this malformed line (stdin or a pipe only; files are checked before sending). */
   readonly strictStop: string | undefined;
   readonly spend: readonly BudgetSpend[];
   readonly ledger: string | undefined;
@@ -178,45 +181,41 @@ function errorMessage(error: unknown): string {
     : error.message;
 }
 
-/** The first pass over a file: lines to do (for the total) and, with --strict, every line checked. */
+/**
+ * The first pass over a file: the requests to do, judged as the second pass will judge them (valid,
+ * first of their id, no result yet) so the total is what the run can finish; with --strict, every
+ * malformed line. The total is undefined when a stop came first.
+ */
 async function prepass(
   config: RunConfig,
   completed: ReadonlySet<string>,
-): Promise<{ total: number; problems: string[]; problemCount: number }> {
+  signals: RunSignals,
+): Promise<{ total: number | undefined; problems: string[]; problemCount: number }> {
   let total = 0;
   const problems: string[] = [];
   let problemCount = 0;
   const seen = new Map<string, number>();
   for await (const line of readFileLines(config.input)) {
-    if (config.strict) {
-      try {
-        if (line.text === undefined) throw overlongLine(line);
-        const request = parseRequestLine(line.text, line.number, config.baseUrl);
-        const first = seen.get(request.idKey);
-        if (first !== undefined) {
-          throw new MalformedLineError(
-            line.number,
-            `duplicate id ${JSON.stringify(request.idKey)} (first at line ${first})`,
-          );
-        }
-        seen.set(request.idKey, line.number);
-        if (!completed.has(request.idKey)) total++;
-      } catch (error) {
-        if (!(error instanceof MalformedLineError)) throw error;
-        problemCount++;
-        if (problems.length < maxMalformedMessages) problems.push(error.message);
-      }
-      continue;
-    }
-    if (line.text === undefined) {
-      total++;
-      continue;
-    }
+    // Checked per line: this pass over a large file takes seconds, and Ctrl-C must not wait for it.
+    if (signals.stop?.aborted || signals.kill?.aborted)
+      return { total: undefined, problems: [], problemCount: 0 };
     try {
-      const id = (JSON.parse(line.text) as { id?: unknown }).id;
-      if (!completed.has(String(id))) total++;
-    } catch {
-      total++;
+      if (line.text === undefined) throw overlongLine(line);
+      const request = parseRequestLine(line.text, line.number, config.baseUrl);
+      const first = seen.get(request.idKey);
+      if (first !== undefined) {
+        throw new MalformedLineError(
+          line.number,
+          `duplicate id ${JSON.stringify(request.idKey)} (first at line ${first})`,
+        );
+      }
+      seen.set(request.idKey, line.number);
+      if (!completed.has(request.idKey)) total++;
+    } catch (error) {
+      if (!(error instanceof MalformedLineError)) throw error;
+      if (!config.strict) continue;
+      problemCount++;
+      if (problems.length < maxMalformedMessages) problems.push(error.message);
     }
   }
   return { total, problems, problemCount };
@@ -230,15 +229,19 @@ export async function runBatch(
   const began = performance.now();
   let previous: Completed;
   try {
-    previous = await readCompleted(config.out);
+    previous = await readCompleted(
+      config.out,
+      () => signals.stop?.aborted === true || signals.kill?.aborted === true,
+    );
   } catch (error) {
     throw new CliError(`Cannot read --out ${config.out}: ${(error as Error).message}`);
   }
   const completed = config.retryFailed ? previous.succeeded : previous.ids;
 
   let total: number | undefined;
-  if (config.input !== '-') {
-    const pass = await prepass(config, completed);
+  // A pipe can be read only once (a second read finds it empty, or waits for a new writer).
+  if (config.input !== '-' && statSync(config.input).isFile()) {
+    const pass = await prepass(config, completed, signals);
     if (pass.problemCount > 0) {
       const more =
         pass.problemCount > pass.problems.length
@@ -591,7 +594,8 @@ export async function runBatch(
     serverErrors,
     pauses,
     pausedMs,
-    notSent,
+    // A count of what was dropped would miss the lines never read after a stop.
+    notSent: total === undefined ? notSent : Math.max(0, total - finished),
     budgetStop,
     interrupted,
     killed: signals.kill?.aborted ?? false,
