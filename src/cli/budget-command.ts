@@ -91,7 +91,8 @@ export async function budgetCommand(args: readonly string[]): Promise<ExitCodeVa
   try {
     const now = systemClock.now();
     const matches = (id: string) => name === undefined || id === name || id.startsWith(`${name}[`);
-    const windows = ledger.snapshot(now).filter((w) => matches(w.budgetId));
+    const all = ledger.snapshot(now);
+    const windows = all.filter((w) => matches(w.budgetId));
     const rows: Row[] = windows.map((w) => ({
       budget: w.budgetId,
       period:
@@ -135,6 +136,13 @@ export async function budgetCommand(args: readonly string[]): Promise<ExitCodeVa
       return ExitCode.ok;
     }
 
+    if (name !== undefined && rows.length === 0) {
+      // A misspelt name would otherwise "reset" nothing and report success.
+      const known = [...new Set(all.map((w) => w.budgetId.replace(/\[.*/, '')))];
+      throw new CliError(
+        `No budget \`${name}\` in ${shown}; known budgets: ${known.length === 0 ? 'none' : known.join(', ')}. Nothing was reset.`,
+      );
+    }
     const what = name === undefined ? 'every budget' : `budget \`${name}\``;
     if (!values.yes) {
       const spent = rows.reduce((sum, r) => sum + r.spentMicros + r.reservedMicros, 0);

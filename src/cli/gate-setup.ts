@@ -16,6 +16,7 @@ import {
   type LimitSpec,
 } from '../index.js';
 import { CliError } from './cli-error.js';
+import { safeUrlText } from './redact.js';
 
 export interface GateConfig {
   readonly limits: readonly LimitSpec[];
@@ -110,7 +111,7 @@ export async function setUpGate(config: GateConfig): Promise<RunGate> {
       if (factory === undefined) {
         throw new CliError(
           'Redis mode is not available in this build: it has no shared gate to connect to ' +
-            `${config.redis}. Run without --redis (limits then hold for this process only).`,
+            `${safeUrlText(config.redis)}. Run without --redis (limits then hold for this process only).`,
         );
       }
       gate = factory({

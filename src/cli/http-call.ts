@@ -63,6 +63,60 @@ export interface Sent {
   readonly actualPriceMicros: number | undefined;
 }
 
+// fetch's own `redirect: 'follow'` drops only Authorization on a hop to another origin: an
+// x-api-key from -H or a line would reach whatever origin a Location names. Hops are followed here.
+const maxRedirects = 5;
+const redirectStatuses = new Set([301, 302, 303, 307, 308]);
+// Headers that describe a body: dropped with it when a redirect turns the request into a GET.
+const bodyHeaders = ['content-encoding', 'content-language', 'content-location', 'content-type'];
+
+/**
+ * `fetch` following up to `maxRedirects` redirects itself, with fetch's method rules (303 → GET,
+ * 301/302 POST → GET, 307/308 keep method and body). Every header of `init` is the user's (-H and
+ * the line's): they go to the same origin only; after a hop to another origin, none of them is
+ * sent again, except the body's content-type while the body is.
+ */
+async function fetchFollowingRedirects(url: URL, init: RequestInit): Promise<Response> {
+  let current = url;
+  let method = init.method ?? 'GET';
+  let body = init.body ?? null;
+  let headers = new Headers(init.headers);
+  for (let hops = 0; ; hops++) {
+    const response = await fetch(current, { ...init, method, headers, body, redirect: 'manual' });
+    const location = response.headers.get('location');
+    if (!redirectStatuses.has(response.status) || location === null) return response;
+    await response.body?.cancel();
+    // As fetch fails them: a TypeError whose cause says why (the URL is not shown, it may hold a key).
+    if (hops === maxRedirects) {
+      throw new TypeError('fetch failed', { cause: new Error(`more than ${maxRedirects} redirects`) });
+    }
+    let next: URL;
+    try {
+      next = new URL(location, current);
+    } catch {
+      throw new TypeError('fetch failed', { cause: new Error('a redirect to an invalid URL') });
+    }
+    if (next.protocol !== 'http:' && next.protocol !== 'https:') {
+      throw new TypeError('fetch failed', { cause: new Error('a redirect to a URL that is not http(s)') });
+    }
+    const status = response.status;
+    if (
+      (status === 303 && method !== 'GET' && method !== 'HEAD') ||
+      ((status === 301 || status === 302) && method === 'POST')
+    ) {
+      method = 'GET';
+      body = null;
+      for (const name of bodyHeaders) headers.delete(name);
+    }
+    if (next.origin !== current.origin) {
+      const contentType = headers.get('content-type');
+      headers = new Headers();
+      if (body !== null && contentType !== null) headers.set('content-type', contentType);
+    }
+    current = next;
+  }
+}
+
 const jsonType = /\bjson\b/i;
 // Bodies larger than this are not parsed.
 const maxParsedBytes = 4 * 1024 * 1024;
@@ -110,7 +164,11 @@ export async function send(
       try {
         const signals = [options.kill];
         if (Number.isFinite(options.timeoutMs)) signals.push(AbortSignal.timeout(options.timeoutMs));
-        const response = await fetch(input, { ...init, signal: AbortSignal.any(signals) });
+        // `send` passes the URL (never a Request) and an init holding every header.
+        const response = await fetchFollowingRedirects(new URL(String(input)), {
+          ...init,
+          signal: AbortSignal.any(signals),
+        });
         status = response.status;
         return response;
       } finally {
@@ -145,7 +203,6 @@ export async function send(
     method: request.method,
     headers,
     signal: options.stop,
-    redirect: 'follow',
     tollgate,
   };
   if (request.body !== undefined) init.body = request.body;

@@ -63,6 +63,34 @@ function count(text: string): number | undefined {
   return Number.isSafeInteger(n) && n >= 1 ? n : undefined;
 }
 
+/** The candidate nearest to `word`, within 2 edits (for "did you mean"). */
+export function closest(word: string, candidates: readonly string[]): string | undefined {
+  // Edit distance: small lists, short words.
+  const distance = (a: string, b: string): number => {
+    const row = Array.from({ length: b.length + 1 }, (_, j) => j);
+    for (let i = 1; i <= a.length; i++) {
+      let prev = row[0]!;
+      row[0] = i;
+      for (let j = 1; j <= b.length; j++) {
+        const here = row[j]!;
+        row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+        prev = here;
+      }
+    }
+    return row[b.length]!;
+  };
+  let best: string | undefined;
+  let bestDistance = 3;
+  for (const c of candidates) {
+    const d = distance(word, c);
+    if (d < bestDistance) {
+      best = c;
+      bestDistance = d;
+    }
+  }
+  return best;
+}
+
 /**
  * A duration in whole milliseconds: `500ms`, `30s`, `2m`, `1.5h`, `1d`; `0` alone; with
  * `allowInfinity`, also `inf`, `infinity` or `none` (no deadline). A bare number other than 0 is
@@ -96,11 +124,14 @@ export interface RateText {
 
 /**
  * `50/s`, `3000/min`, `5/100ms`, `90000tokens/min`, `500 requests/minute`, `10/2s`. The unit before
- * the slash defaults to requests; `tok`/`token(s)` mean tokens; any other word is a unit of its own.
+ * the slash defaults to requests; `tok`/`token(s)` mean tokens; any other word of letters is a unit
+ * of its own, counted by lines whose `cost` names it (`"cost": {"points": 5}`), unless it is one
+ * edit or two from requests or tokens: a misspelt unit would be a limit that no line is charged to.
  */
 export function parseRateText(flag: string, text: string, example: string): RateText {
   const expected = `Expected ${flag} like ${example}, got ${shown(text)}`;
-  const m = /^\s*(\d[\d_,]*)\s*([a-z][\w-]*)?\s*\/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$/i.exec(text);
+  // Letters only in the unit, so that `1e3/s` is refused rather than read as 1 of a unit `e3`.
+  const m = /^\s*(\d[\d_,]*)\s*([a-z][a-z_-]*)?\s*\/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$/i.exec(text);
   if (m === null) throw new CliError(expected);
   const n = count(m[1]!);
   const per = timeUnits[m[4]!.toLowerCase()];
@@ -111,6 +142,13 @@ export function parseRateText(flag: string, text: string, example: string): Rate
     throw new CliError(`Expected ${flag} with a window of at least 1ms, got ${shown(text)}`);
   const word = m[2]?.toLowerCase();
   const unit = word === undefined ? 'requests' : (unitAliases[word] ?? word);
+  const own = word !== undefined && unitAliases[word] === undefined;
+  const meant = own ? closest(unit, ['requests', 'request', 'tokens', 'token']) : undefined;
+  if (meant !== undefined) {
+    throw new CliError(
+      `Expected ${flag}'s unit to be requests or tokens (did you mean ${unitAliases[meant]}?), got ${shown(unit)} in ${shown(text)}`,
+    );
+  }
   return { count: n, unit, intervalMs: windows * per };
 }
 

@@ -22,14 +22,16 @@ function redactQuery(query: string): string {
 }
 
 /**
- * URL text, valid or not, without its userinfo and query values: `http://[redacted]@host/p?key=[redacted]`.
- * Userinfo is whatever precedes the last `@` of the authority (after `//`, or from the start when
- * there is no `//`), as the URL parser reads it.
+ * URL text, valid or not, without its userinfo, query values and fragment values:
+ * `http://[redacted]@host/p?key=[redacted]#access_token=[redacted]`. Userinfo is whatever precedes
+ * the last `@` of the authority (after `//`, or from the start when there is no `//`), as the URL
+ * parser reads it.
  */
 export function safeUrlText(text: string): string {
   const hash = text.indexOf('#');
   const beforeHash = hash === -1 ? text : text.slice(0, hash);
-  const fragment = hash === -1 ? '' : text.slice(hash);
+  // OAuth's implicit flow returns `#access_token=…`: a fragment is read as a query is.
+  const fragment = hash === -1 ? '' : `#${redactQuery(text.slice(hash + 1))}`;
   const q = beforeHash.indexOf('?');
   let head = q === -1 ? beforeHash : beforeHash.slice(0, q);
   const slashes = head.indexOf('//');
@@ -43,7 +45,7 @@ export function safeUrlText(text: string): string {
 
 const urlInText = /\b[a-z][a-z0-9+.-]*:\/\/[^\s"'<>`]+/gi;
 
-/** Every `scheme://…` URL in `text` with its userinfo and query values replaced. */
+/** Every `scheme://…` URL in `text` with its userinfo, query and fragment values replaced. */
 export function scrubUrls(text: string): string {
   return text.replace(urlInText, (url) => {
     // Punctuation that ends the sentence or closes a parenthesis is the message's, not the URL's.
@@ -53,10 +55,13 @@ export function scrubUrls(text: string): string {
   });
 }
 
-/** The values of a URL that may be secrets: user, password and query values, as written and decoded. */
+/**
+ * The values of a URL that may be secrets: user, password, query and fragment values, as written
+ * and decoded.
+ */
 export function urlSecrets(url: URL): string[] {
   const raw = [url.username, url.password];
-  for (const pair of url.search.slice(1).split('&')) {
+  for (const pair of [...url.search.slice(1).split('&'), ...url.hash.slice(1).split('&')]) {
     const eq = pair.indexOf('=');
     if (eq !== -1) raw.push(pair.slice(eq + 1));
   }
@@ -75,7 +80,7 @@ export function urlSecrets(url: URL): string[] {
 
 /**
  * `text` with every secret of at least 8 characters replaced (longest first, so one inside another
- * goes whole), then the userinfo and query values of any URL it still holds.
+ * goes whole), then the userinfo, query and fragment values of any URL it still holds.
  */
 export function redact(text: string, secrets: Iterable<string>): string {
   const long = [...new Set(secrets)]

@@ -12,6 +12,7 @@ import { headerNameProblem, headerValueProblem } from './header-value.js';
 import { jsonErrorPosition } from './json-error-position.js';
 import { maxLineBytes } from './jsonl.js';
 import {
+  closest,
   parseBudget,
   parseDuration,
   parseHeader,
@@ -64,7 +65,8 @@ Limits (repeatable where noted; none means no rate limit of your own):
   --rate 50/s              average rate (token bucket); with --burst N, at most N at once
   --burst 10               the token bucket's size (default: the whole rate)
   --limit 500/min          never more than N per window, as the provider counts (repeatable;
-                           units: 90000tokens/min; algorithm: sliding-log:20/min)
+                           units: 90000tokens/min, or one that lines' "cost" names, e.g.
+                           900points/min; algorithm: sliding-log:20/min)
   --concurrency 8          at most N requests in flight
   --per-host               apply these limits to each origin separately (default: all together)
   --header-adapt on|off    listen to Retry-After and rate-limit headers, retry 429s (default on)
@@ -136,33 +138,6 @@ const maxTimerMs = 2 ** 31 - 1;
 // as \u0000): an eighth of the line cap resume reads (64 MiB / 8 = 8 MiB, at most 48 MiB escaped)
 // keeps every result line readable.
 const maxInlineBodyLimit = maxLineBytes / 8;
-
-function closest(word: string, candidates: readonly string[]): string | undefined {
-  // Edit distance, for "did you mean": small lists, short words.
-  const distance = (a: string, b: string): number => {
-    const row = Array.from({ length: b.length + 1 }, (_, j) => j);
-    for (let i = 1; i <= a.length; i++) {
-      let prev = row[0]!;
-      row[0] = i;
-      for (let j = 1; j <= b.length; j++) {
-        const here = row[j]!;
-        row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
-        prev = here;
-      }
-    }
-    return row[b.length]!;
-  };
-  let best: string | undefined;
-  let bestDistance = 3;
-  for (const c of candidates) {
-    const d = distance(word, c);
-    if (d < bestDistance) {
-      best = c;
-      bestDistance = d;
-    }
-  }
-  return best;
-}
 
 /** parseArgs with its errors turned into one-line messages (and a "did you mean"). */
 export function parseArgv<O extends NonNullable<ParseArgsConfig['options']>>(
@@ -302,8 +277,11 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
     throw new CliError('Missing the requests file: tollgate run <requests.jsonl> [options] (or - for stdin)');
   }
   if (positionals.length > 1) {
+    // The extra arguments are most often the rest of an unquoted `-H Authorization: Bearer <key>`:
+    // their count is shown, never their text.
     throw new CliError(
-      `Expected one requests file, got ${positionals.length}: ${positionals.join(' ')} (quote values with spaces)`,
+      `Expected one requests file, got ${positionals.length} arguments (${positionals[0]} and ${positionals.length - 1} more, not shown): ` +
+        'quote values with spaces, e.g. -H "Authorization: Bearer …"',
     );
   }
   const warnings: string[] = [];

@@ -1,6 +1,6 @@
 /** The end-of-run summary of `tollgate run`, as plain text lines. */
-import { relative } from 'node:path';
-import { formatMicros } from '../index.js';
+import { relative, resolve } from 'node:path';
+import { defaultLedgerPath, formatMicros } from '../index.js';
 import { ExitCode } from './exit-codes.js';
 import type { RunReport } from './runner.js';
 
@@ -79,6 +79,25 @@ export function formatSummary(report: RunReport): string {
   return lines.join('\n');
 }
 
+// A word the shell takes as it is; anything else (a space, a per-key id's brackets) is quoted.
+function shellWord(text: string): string {
+  return /^[\w@%+=:,./-]+$/.test(text) ? text : `'${text.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * ` (or \`tollgate budget reset …\`)` for the budget that stopped the run, in the ledger it used:
+ * without `--budget` the command resets every budget, and without `--ledger` the default file.
+ */
+function resetHint(ledger: string | undefined, budgetId: string): string {
+  // A memory ledger is not kept: a re-run starts from zero, there is nothing to reset.
+  if (ledger === 'memory') return '';
+  const words = ['tollgate', 'budget', 'reset'];
+  if (ledger !== undefined && resolve(ledger) !== defaultLedgerPath())
+    words.push('--ledger', shellWord(shortPath(ledger)));
+  words.push('--budget', shellWord(budgetId), '--yes');
+  return ` (or \`${words.join(' ')}\`)`;
+}
+
 function outcome(report: RunReport): string {
   switch (report.exitCode) {
     case ExitCode.interrupted:
@@ -86,7 +105,7 @@ function outcome(report: RunReport): string {
     case ExitCode.budget: {
       const b = report.budgetStop!;
       const reset = Number.isFinite(b.resetAt) ? new Date(b.resetAt).toISOString() : 'never';
-      return `stopped by budget \`${b.budgetId}\` (${formatMicros(b.spentMicros + b.reservedMicros, b.currency)} of ${formatMicros(b.limitMicros, b.currency)}): the rest was not sent; re-run after ${reset} (or \`tollgate budget reset --yes\`) to resume`;
+      return `stopped by budget \`${b.budgetId}\` (${formatMicros(b.spentMicros + b.reservedMicros, b.currency)} of ${formatMicros(b.limitMicros, b.currency)}): the rest was not sent; re-run after ${reset}${resetHint(report.ledger, b.budgetId)} to resume`;
     }
     case ExitCode.usage:
       return `stopped by --strict at a malformed line: ${report.strictStop ?? ''}`;
