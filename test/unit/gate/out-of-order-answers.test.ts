@@ -29,6 +29,16 @@ function heldProvider(clock: ManualClock) {
   return { started, fn, inspect };
 }
 
+/** A gate on a manual clock before a held provider, and a way to schedule calls through both. */
+function scenario() {
+  const clock = new ManualClock(T0);
+  const gate = createGate({ clock });
+  const api = heldProvider(clock);
+  const calls: Promise<unknown>[] = [];
+  const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
+  return { clock, gate, api, calls, schedule };
+}
+
 const quota = (remaining: number, resetEpochSeconds: number): Reply => ({
   status: 200,
   headers: {
@@ -40,12 +50,8 @@ const quota = (remaining: number, resetEpochSeconds: number): Reply => ({
 
 describe('quota from answers out of order', () => {
   it('an answer to a later call does not lend the units of earlier calls still in flight', async () => {
-    const clock = new ManualClock(T0);
-    const gate = createGate({ clock });
-    const api = heldProvider(clock);
+    const { clock, api, calls, schedule } = scenario();
     const reset = T0 / 1000 + 60;
-    const calls: Promise<unknown>[] = [];
-    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
     schedule();
     await flush();
     api.started[0]!.answer(quota(9, reset));
@@ -77,12 +83,8 @@ describe('quota from answers out of order', () => {
   });
 
   it('an older answer that moves the reset later holds the renewal until then', async () => {
-    const clock = new ManualClock(T0);
-    const gate = createGate({ clock });
-    const api = heldProvider(clock);
+    const { clock, api, calls, schedule } = scenario();
     const second = T0 / 1000;
-    const calls: Promise<unknown>[] = [];
-    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
     schedule();
     await flush();
     api.started[0]!.answer(quota(9, second + 1));
@@ -110,12 +112,8 @@ describe('quota from answers out of order', () => {
   });
 
   it('an older answer from the window before does not take from the renewed one', async () => {
-    const clock = new ManualClock(T0);
-    const gate = createGate({ clock });
-    const api = heldProvider(clock);
+    const { clock, api, calls, schedule } = scenario();
     const second = T0 / 1000;
-    const calls: Promise<unknown>[] = [];
-    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
     schedule();
     await flush();
     api.started[0]!.answer(quota(9, second + 1));
@@ -142,12 +140,8 @@ describe('quota from answers out of order', () => {
   });
 
   it('a call the gate does not inspect counts as unseen while it is in flight', async () => {
-    const clock = new ManualClock(T0);
-    const gate = createGate({ clock });
-    const api = heldProvider(clock);
+    const { clock, gate, api, calls, schedule } = scenario();
     const reset = T0 / 1000 + 60;
-    const calls: Promise<unknown>[] = [];
-    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
     schedule();
     await flush();
     api.started[0]!.answer(quota(9, reset));
@@ -177,12 +171,8 @@ describe('quota from answers out of order', () => {
   });
 
   it('answers in order: a burst leaves the quota at what the provider has left, not lower', async () => {
-    const clock = new ManualClock(T0);
-    const gate = createGate({ clock });
-    const api = heldProvider(clock);
+    const { clock, gate, api, calls, schedule } = scenario();
     const reset = T0 / 1000 + 60;
-    const calls: Promise<unknown>[] = [];
-    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
     const limit20 = (remaining: number): Reply => ({
       status: 200,
       headers: {
@@ -219,12 +209,8 @@ describe('quota from answers out of order', () => {
   });
 
   it("a late answer from the provider's window before does not take from the window after", async () => {
-    const clock = new ManualClock(T0);
-    const gate = createGate({ clock });
-    const api = heldProvider(clock);
+    const { clock, api, calls, schedule } = scenario();
     const second = T0 / 1000;
-    const calls: Promise<unknown>[] = [];
-    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
     schedule();
     await flush();
     api.started[0]!.answer(quota(9, second + 1));
@@ -248,9 +234,7 @@ describe('quota from answers out of order', () => {
   });
 
   it('a cost record changed by the caller while its call is in flight counts as it was at the start', async () => {
-    const clock = new ManualClock(T0);
-    const gate = createGate({ clock });
-    const api = heldProvider(clock);
+    const { clock, gate, api } = scenario();
     const tokens = (remaining: number): Reply => ({
       status: 200,
       headers: {
@@ -291,12 +275,8 @@ describe('quota from answers out of order', () => {
   });
 
   it('an uninspected call returning a thenable (not a Promise) counts until it settles', async () => {
-    const clock = new ManualClock(T0);
-    const gate = createGate({ clock });
-    const api = heldProvider(clock);
+    const { clock, gate, api, calls, schedule } = scenario();
     const reset = T0 / 1000 + 60;
-    const calls: Promise<unknown>[] = [];
-    const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
     schedule();
     await flush();
     api.started[0]!.answer(quota(9, reset));
