@@ -169,6 +169,14 @@ describe('redirects', () => {
         { id: 'temporary', method: 'PUT', url: to(b.url, '/temporary', 307), body: { n: 3 }, headers },
         { id: 'permanent', method: 'POST', url: to(a.url, '/permanent', 308), body: { n: 4 } },
         { id: 'loop', url: `${a.url}/loop` },
+        // Garbage a server may send: a target that is not http(s), one no URL parser reads, none.
+        {
+          id: 'not-http',
+          url: `${a.url}/r?status=302&to=${encodeURIComponent('file:///etc/passwd')}`,
+          headers,
+        },
+        { id: 'unparsable', url: `${a.url}/r?status=301&to=${encodeURIComponent('http://[::1')}`, headers },
+        { id: 'no-location', url: `${a.url}/r?status=307&to=` },
       ]);
       const run = await runCli([
         'run',
@@ -206,6 +214,11 @@ describe('redirects', () => {
       const results = Object.fromEntries(readResults(out).map((r) => [r['id'], r]));
       expect(results['loop']).toMatchObject({ ok: false, error: { code: 'ERR_NETWORK' } });
       expect(results['cross']).toMatchObject({ ok: true, status: 200 });
+      expect(results['not-http']).toMatchObject({ ok: false, error: { code: 'ERR_NETWORK' } });
+      expect(results['unparsable']).toMatchObject({ ok: false, error: { code: 'ERR_NETWORK' } });
+      // An empty Location resolves to the URL itself: followed until the bound, then a failure.
+      expect(results['no-location']).toMatchObject({ ok: false, error: { code: 'ERR_NETWORK' } });
+      expect(JSON.stringify(results) + run.stderr).not.toMatch(/LSECRET|HSECRET/);
     } finally {
       a.server.close();
       b.server.close();
