@@ -30,7 +30,7 @@ export class ResponseHead<H = Headers> {
    * headers themselves stay whole for a caller who asks them.
    */
   [Symbol.for('nodejs.util.inspect.custom')](): object {
-    return { status: this.status, statusText: this.statusText, headers: printable(this.headers) };
+    return this.toJSON();
   }
 
   toJSON(): object {

@@ -1113,34 +1113,24 @@ export class Gate {
     now: number,
   ): Promise<unknown> {
     this.started++;
+    // Not inspected, but the server counts it all the same: unanswered until it settles.
+    let answered: (() => void) | undefined;
     if (p.cum !== undefined) {
       this.countStart(p, cost, now);
-      // Not inspected, but the server counts it all the same: unanswered until it settles.
       const seq = p.seq;
       const unanswered = p.unanswered!;
-      const wrapped = fn;
-      fn = () => {
-        const settled = () => unanswered.delete(seq);
-        let value: unknown;
-        try {
-          value = wrapped();
-        } catch (error) {
-          settled();
-          throw error;
-        }
-        if (typeof (value as PromiseLike<unknown> | null)?.then === 'function')
-          Promise.resolve(value).then(settled, settled);
-        else settled();
-        return value;
-      };
+      answered = () => unanswered.delete(seq);
     }
     if (!this.observe) {
+      let result: Promise<unknown>;
       try {
-        const result = fn();
-        return result instanceof Promise ? result : Promise.resolve(result);
+        const value = fn();
+        result = value instanceof Promise ? value : Promise.resolve(value);
       } catch (error) {
-        return Promise.reject(error);
+        result = Promise.reject(error);
       }
+      if (answered !== undefined) result.then(answered, answered);
+      return result;
     }
     this.inFlight++;
     let result: Promise<unknown>;
@@ -1151,7 +1141,10 @@ export class Gate {
     }
     const gcores = this.globalCores;
     const kcores = this.keyCores;
-    const done = () => this.release(p, gcores, gcosts, kcores, kcosts, now);
+    const done = () => {
+      answered?.();
+      this.release(p, gcores, gcosts, kcores, kcosts, now);
+    };
     result.then(done, done);
     return result;
   }

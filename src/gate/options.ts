@@ -5,7 +5,15 @@ import { type AdaptOptions, defaultAdaptOptions } from '../core/adaptation.js';
 import { createLimit } from '../core/create-limit.js';
 import type { LimitCore, LimitSpec } from '../core/limit.js';
 import { createTokenBucket } from '../core/token-bucket.js';
-import { finiteNumber, integer, integerOrInfinity, invalid, oneOf, plainObject } from '../validate.js';
+import {
+  finiteNumber,
+  integer,
+  integerOrInfinity,
+  invalid,
+  oneOf,
+  onlyKnownKeys,
+  plainObject,
+} from '../validate.js';
 
 export interface GateOptions {
   /**
@@ -101,7 +109,7 @@ const knownKeys = new Set([
   'arrivalMarginMs',
 ]);
 const adaptKeys = new Set(Object.keys(defaultAdaptOptions));
-const aimdKeys = new Set(['decrease', 'increase', 'minRatePerSec', 'maxRatePerSec']);
+const aimdKeys = ['decrease', 'increase', 'minRatePerSec', 'maxRatePerSec'];
 
 function validateAdapt(value: unknown): AdaptOptions | false {
   if (value === false) return false;
@@ -114,8 +122,7 @@ function validateAdapt(value: unknown): AdaptOptions | false {
   if (o['aimd'] === false) aimd = false;
   else if (o['aimd'] !== undefined) {
     const a = plainObject('adapt.aimd', o['aimd']);
-    for (const key of Object.keys(a))
-      if (!aimdKeys.has(key)) throw invalid(`adapt.aimd.${key}`, 'a known aimd option', a[key]);
+    onlyKnownKeys('adapt.aimd', a, aimdKeys);
     const base = d.aimd as Exclude<AdaptOptions['aimd'], false>;
     const decrease = finiteNumber('adapt.aimd.decrease', a['decrease'] ?? base.decrease, {
       min: 0,

@@ -4,7 +4,7 @@ import type { AdaptOptions } from '../core/adaptation.js';
 import type { LimitCore, LimitSpec } from '../core/limit.js';
 import type { AdaptOptionsInput } from '../gate/options.js';
 import { validateGateOptions } from '../gate/options.js';
-import { fn, integer, invalid, oneOf, plainObject } from '../validate.js';
+import { fn, integer, invalid, oneOf, onlyKnownKeys, plainObject } from '../validate.js';
 import type { RedisClient } from './redis-client.js';
 import { RedisStore } from './redis-store.js';
 import type { MaybePromise, Store } from './store.js';
@@ -135,10 +135,7 @@ const knownKeys = [
 /** Validate once, at construction (one message shape, option paths named), and freeze. */
 export function validateSharedGateOptions(options: unknown): NormalizedSharedGateOptions {
   const o = plainObject('options', options);
-  for (const key of Object.keys(o)) {
-    if (!knownKeys.includes(key) && o[key] !== undefined)
-      throw invalid(`options.${key}`, `one of the known options (${knownKeys.join(', ')})`, o[key]);
-  }
+  onlyKnownKeys('options', o, knownKeys);
   // Limits, queue bounds, clock, adaptation and randomness follow the in-memory gate's rules.
   const base = validateGateOptions({
     limits: o['limits'],
