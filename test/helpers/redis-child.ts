@@ -51,8 +51,10 @@ export interface CallOutcome {
   readonly ok: boolean;
   readonly status?: number;
   readonly error?: string;
-  /** Wall-clock ms when the request was sent. */
+  /** Wall-clock ms when the request was sent (its last attempt). */
   readonly sentAt?: number;
+  /** Wall-clock ms of every attempt, in order (a throttled call is sent again after the pause). */
+  readonly sends: readonly number[];
 }
 
 export type ChildMessage =
@@ -61,6 +63,8 @@ export type ChildMessage =
       readonly id: number;
       readonly outcomes: readonly CallOutcome[];
       readonly paused: number;
+      /** Wall-clock ms when the gate first applied a pause (its own or heard from another process). */
+      readonly firstPauseAt?: number;
     }
   | { readonly type: 'ready'; readonly id: number }
   | { readonly type: 'holding'; readonly budgetIds: readonly string[] }
@@ -86,7 +90,11 @@ async function traffic(config: TrafficConfig): Promise<void> {
     ...(config.arrivalMarginMs === undefined ? {} : { arrivalMarginMs: config.arrivalMarginMs }),
   });
   let paused = 0;
-  gate.onPause(() => paused++);
+  let firstPauseAt: number | undefined;
+  gate.onPause(() => {
+    paused++;
+    firstPauseAt ??= wallNow();
+  });
   // Warm up Redis (connection, scripts, pause subscription) and fetch (undici loads lazily, and a
   // cold first request is tens of ms late) before the common start; the parent then resets the API.
   await gate.store.time();
@@ -102,30 +110,46 @@ async function traffic(config: TrafficConfig): Promise<void> {
     headers: r.headers,
   });
   const outcomes = await Promise.all(
-    Array.from({ length: config.calls }, async (): Promise<CallOutcome> => {
+    Array.from({ length: config.calls }, async (_, call): Promise<CallOutcome> => {
       let sentAt: number | undefined;
+      const sends: number[] = [];
       try {
         const r = await gate.schedule(
           async () => {
             sentAt = wallNow();
-            const res = await fetch(config.apiUrl, { headers: { 'x-proc': String(config.id) } });
+            // The server can tell each attempt apart: process, call and attempt number.
+            const send = `${config.id}-${call}-${sends.length}`;
+            sends.push(sentAt);
+            const res = await fetch(config.apiUrl, {
+              headers: { 'x-proc': String(config.id), 'x-send': send },
+            });
             await res.arrayBuffer();
             return res;
           },
           { inspect },
         );
-        return { ok: true, status: r.status, ...(sentAt === undefined ? {} : { sentAt }) };
+        return { ok: true, status: r.status, sends, ...(sentAt === undefined ? {} : { sentAt }) };
       } catch (error) {
         return {
           ok: false,
           error: String((error as Error).message ?? error),
+          sends,
           ...(sentAt === undefined ? {} : { sentAt }),
         };
       }
     }),
   );
   await gate.close();
-  reply({ type: 'done', id: config.id, outcomes, paused }, true);
+  reply(
+    {
+      type: 'done',
+      id: config.id,
+      outcomes,
+      paused,
+      ...(firstPauseAt === undefined ? {} : { firstPauseAt }),
+    },
+    true,
+  );
 }
 
 async function hold(config: HoldConfig): Promise<void> {

@@ -188,22 +188,23 @@ describe.skipIf(skip !== false)('processes sharing one quota through Redis', () 
   }, 30_000);
 
   it('a 429 seen by one process pauses the others for its Retry-After', async () => {
-    const arrivals: { at: number; proc: string; status: number }[] = [];
+    const arrivals: { at: number; proc: string; send: string; status: number }[] = [];
     let throttledAt: number | undefined;
     const { url, server } = await localServer((req, res) => {
       const at = wallNow();
       const proc = String(req.headers['x-proc']);
+      const send = String(req.headers['x-send']);
       if (req.url?.endsWith('/warmup')) {
         res.writeHead(200).end('{}');
         return;
       }
       if (throttledAt === undefined) {
         throttledAt = at;
-        arrivals.push({ at, proc, status: 429 });
+        arrivals.push({ at, proc, send, status: 429 });
         res.writeHead(429, { 'retry-after': '1' }).end('{}');
         return;
       }
-      arrivals.push({ at, proc, status: 200 });
+      arrivals.push({ at, proc, send, status: 200 });
       res.writeHead(200).end('{}');
     });
     const limits = [{ algorithm: 'leaky-bucket' as const, limit: 40, intervalMs: 1000 }];
@@ -214,17 +215,38 @@ describe.skipIf(skip !== false)('processes sharing one quota through Redis', () 
     // The throttled call was retried after the pause: every call ends 200.
     expect(outcomes.every((o) => o.ok && o.status === 200)).toBe(true);
     expect(arrivals.filter((a) => a.status === 429)).toHaveLength(1);
-    const throttledProc = arrivals.find((a) => a.status === 429)!.proc;
-    // Nothing arrived from any process during the pause (after one 25 ms slot already on its way).
-    const during = arrivals.filter((a) => a.at > throttledAt! + 30 && a.at < throttledAt! + 990);
-    const others = arrivals.filter((a) => a.proc !== throttledProc && a.at > throttledAt!);
+    const throttled = arrivals.find((a) => a.status === 429)!;
+    // Wall-clock times (one machine, one clock): when each attempt left its process, and when each
+    // process applied the pause (the throttled one on its 429, the others on hearing of it).
+    const sentAt = new Map<string, number>();
+    for (const r of results)
+      for (const [call, o] of r.outcomes.entries())
+        for (const [attempt, at] of o.sends.entries()) sentAt.set(`${r.id}-${call}-${attempt}`, at);
+    const pausedAt = new Map(results.map((r) => [String(r.id), r.firstPauseAt]));
+    for (const r of results) expect(r.firstPauseAt, `process ${r.id} applied the pause`).toBeDefined();
+    const pauseEnd = throttledAt! + 1000;
+    // The pause reached every process well within it (the 429's way back, the write to Redis, and
+    // the message to each process; tens of ms on a loaded machine).
+    const heardMs = results.map((r) => r.firstPauseAt! - throttledAt!);
+    expect(Math.max(...heardMs)).toBeLessThan(500);
+    // Once a process knew of the pause it sent nothing until the pause ended (10 ms for the
+    // processes' estimates of Redis's clock).
+    const sentInPause = [...sentAt].filter(([send, at]) => {
+      const paused = pausedAt.get(send.split('-')[0]!)!;
+      return at >= paused && at < pauseEnd - 10;
+    });
+    expect(sentInPause).toEqual([]);
+    // So what reached the server during the pause had left its process before that process knew.
+    const during = arrivals.filter((a) => a.status === 200 && a.at > throttledAt! && a.at < pauseEnd - 10);
+    for (const a of during) expect(sentAt.get(a.send)!).toBeLessThan(pausedAt.get(a.proc)!);
+    const firstAfter = arrivals.find((a) => a.at >= pauseEnd - 10);
     console.log(
-      `[redis processes] 429 at +0 ms from process ${throttledProc}: ${during.length} arrivals in the next second, ` +
-        `first arrival of another process after it at +${(others[0]!.at - throttledAt!).toFixed(0)} ms`,
+      `[redis processes] 429 at +0 ms from process ${throttled.proc}; the processes applied the pause at ` +
+        `${heardMs.map((ms) => `+${ms.toFixed(0)}`).join(', ')} ms; ${during.length} arrivals during it ` +
+        `(all sent before their process knew), the next at +${((firstAfter?.at ?? Number.NaN) - throttledAt!).toFixed(0)} ms`,
     );
-    expect(during).toEqual([]);
     // The other processes heard of the pause.
-    for (const r of results.filter((r) => String(r.id) !== throttledProc))
+    for (const r of results.filter((r) => String(r.id) !== throttled.proc))
       expect(r.paused).toBeGreaterThan(0);
   }, 30_000);
 
