@@ -67,11 +67,15 @@ export function plainObject(option: string, value: unknown): Record<string, unkn
   return value as Record<string, unknown>;
 }
 
-/** Refuse a key of `value` that is not one of `known`: a misspelt option would be silently ignored. */
-export function onlyKnownKeys(path: string, value: Record<string, unknown>, known: readonly string[]): void {
+/**
+ * Refuse a key of `value` that is not one of `known`, even one set to undefined: a misspelt option
+ * would be silently ignored.
+ */
+export function onlyKnownKeys(path: string, value: Record<string, unknown>, known: Iterable<string>): void {
+  const names = [...known];
   for (const key of Object.keys(value)) {
-    if (!known.includes(key) && value[key] !== undefined)
-      throw invalid(`${path}.${key}`, `one of the known options (${known.join(', ')})`, value[key]);
+    if (!names.includes(key))
+      throw invalid(`${path}.${key}`, `one of the known options (${names.join(', ')})`, value[key]);
   }
 }
 

@@ -115,8 +115,7 @@ function validateAdapt(value: unknown): AdaptOptions | false {
   if (value === false) return false;
   if (value === undefined) return defaultAdaptOptions;
   const o = plainObject('adapt', value);
-  for (const key of Object.keys(o))
-    if (!adaptKeys.has(key)) throw invalid(`adapt.${key}`, 'a known adapt option', o[key]);
+  onlyKnownKeys('adapt', o, adaptKeys);
   const d = defaultAdaptOptions;
   let aimd: AdaptOptions['aimd'] = d.aimd;
   if (o['aimd'] === false) aimd = false;
@@ -215,10 +214,7 @@ function withArrivalMargin(core: LimitCore, marginMs: number, path: string): Lim
 /** Validate once, at construction, and freeze a normalized copy. Nothing is re-checked per call. */
 export function validateGateOptions(options: unknown): NormalizedGateOptions {
   const o = options === undefined ? {} : plainObject('options', options);
-  for (const key of Object.keys(o)) {
-    if (!knownKeys.has(key))
-      throw invalid(`options.${key}`, `one of the known options (${[...knownKeys].join(', ')})`, o[key]);
-  }
+  onlyKnownKeys('options', o, knownKeys);
   const clock = o['clock'] ?? systemClock;
   if (
     typeof clock !== 'object' ||

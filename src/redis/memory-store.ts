@@ -5,7 +5,7 @@ import type { NormalizedLimitSpec, SpecFor } from '../core/normalize-limit-spec.
 import { countsWindow, recountState } from '../core/recount.js';
 import { createTokenBucket } from '../core/token-bucket.js';
 import { unitCost } from '../gate/schedule-options.js';
-import { integer, invalid, plainObject } from '../validate.js';
+import { integer, invalid, onlyKnownKeys, plainObject } from '../validate.js';
 import type {
   LearnOptions,
   ReserveOptions,
@@ -159,10 +159,7 @@ export class MemoryStore implements Store {
 
   constructor(options: MemoryStoreOptions = {}) {
     const o = plainObject('options', options);
-    for (const key of Object.keys(o)) {
-      if (key !== 'clock' && key !== 'learnedTtlMs')
-        throw invalid(`options.${key}`, 'a known option (clock, learnedTtlMs)', o[key]);
-    }
+    onlyKnownKeys('options', o, ['clock', 'learnedTtlMs']);
     const clock = o['clock'] ?? systemClock;
     if (typeof (clock as Clock | null)?.now !== 'function')
       throw invalid('clock', 'an object with a now() method', clock);

@@ -8,7 +8,7 @@ import type {
 } from '../budget/ledger.js';
 import { windowKey } from '../budget/ledger.js';
 import { InvalidCostError, StoreUnavailableError } from '../errors.js';
-import { integer, invalid, nonEmptyString, plainObject } from '../validate.js';
+import { integer, invalid, nonEmptyString, onlyKnownKeys, plainObject } from '../validate.js';
 import type { AsyncLedger } from './async-ledger.js';
 import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
 import { DigestCache } from './redis-keys.js';
@@ -81,10 +81,7 @@ export class RedisLedger implements AsyncLedger {
 
   constructor(options: RedisLedgerOptions) {
     const o = plainObject('options', options);
-    for (const key of Object.keys(o)) {
-      if (!['redis', 'keyPrefix', 'commandTimeoutMs'].includes(key))
-        throw invalid(`ledger.${key}`, 'a known option (redis, keyPrefix, commandTimeoutMs)', o[key]);
-    }
+    onlyKnownKeys('ledger', o, ['redis', 'keyPrefix', 'commandTimeoutMs']);
     const prefix = nonEmptyString('ledger.keyPrefix', o['keyPrefix'] ?? 'tollgate');
     if (!/^[\w\-.:]{1,100}$/.test(prefix))
       throw invalid('ledger.keyPrefix', 'letters, digits and `-_.:`', prefix);

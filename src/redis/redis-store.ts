@@ -3,7 +3,7 @@ import { emissionIntervalMs } from '../core/gcra.js';
 import type { LimitSpec } from '../core/limit.js';
 import { countsWindow } from '../core/recount.js';
 import { StoreUnavailableError } from '../errors.js';
-import { integer, invalid, nonEmptyString, plainObject } from '../validate.js';
+import { integer, invalid, nonEmptyString, onlyKnownKeys, plainObject } from '../validate.js';
 import {
   algorithmCodes,
   claimRecount,
@@ -296,9 +296,7 @@ export class RedisStore implements Store {
       'minTtlMs',
       'batch',
     ];
-    for (const key of Object.keys(o)) {
-      if (!known.includes(key)) throw invalid(`redis.${key}`, `a known option (${known.join(', ')})`, o[key]);
-    }
+    onlyKnownKeys('redis', o, known);
     const prefix = nonEmptyString('redis.keyPrefix', o['keyPrefix'] ?? 'tollgate');
     if (!/^[\w\-.:]{1,100}$/.test(prefix) || prefix.includes('{') || prefix.includes('}')) {
       throw invalid('redis.keyPrefix', 'letters, digits and `-_.:` (at most 100)', prefix);

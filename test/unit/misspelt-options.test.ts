@@ -30,6 +30,21 @@ describe('misspelt and malformed options are refused, naming the option', () => 
     expect(error.option).toBe('adapt.aimd.decreese');
   });
 
+  it('a misspelt option set to undefined (a spread of an unset value) is refused too', () => {
+    const unset: number | undefined = undefined;
+    expect(refusal(() => createGate({ maxQueueTimeMS: unset } as never)).option).toBe(
+      'options.maxQueueTimeMS',
+    );
+    expect(refusal(() => createGate({ adapt: { aimd: { decreese: unset } } as never })).option).toBe(
+      'adapt.aimd.decreese',
+    );
+    expect(refusal(() => createCostModel({ estimate: '$0.01', acutal: unset } as never)).option).toBe(
+      'costModel.acutal',
+    );
+    // A known option set to undefined is its default.
+    expect(() => createGate({ maxQueueTimeMs: unset })).not.toThrow();
+  });
+
   it('costModel', () => {
     const error = refusal(() => createCostModel({ estimate: '$0.01', acutal: () => 0.02 } as never));
     expect(error.option).toBe('costModel.acutal');
