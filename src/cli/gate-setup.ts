@@ -16,7 +16,8 @@ import {
   type LimitSpec,
 } from '../index.js';
 import { CliError } from './cli-error.js';
-import { safeUrlText } from './redact.js';
+import { redact, redacted, safeUrlText } from './redact.js';
+import { formatMs } from './summary.js';
 
 export interface GateConfig {
   readonly limits: readonly LimitSpec[];
@@ -46,6 +47,29 @@ export interface RunnableGate {
   close(options?: { queued?: 'run' | 'reject' }): Promise<void>;
 }
 
+/** What the CLI reads of the shared gate besides `RunnableGate` (checked at run time: another build may lack it). */
+interface SharedGateExtras {
+  onStoreDown(listener: (event: { error: unknown; policy: string }) => void): () => void;
+  onStoreUp(listener: (event: { downForMs: number }) => void): () => void;
+  stats(): { storeUp: boolean; fallbackCalls: number };
+  readonly store?: { readonly client?: { on?(event: string, listener: (error?: unknown) => void): unknown } };
+}
+
+/** The shared (Redis) gate's state at the end of a run. */
+export interface SharedStoreReport {
+  /** Calls sent through the local fallback (this process's share of each limit) while Redis was down. */
+  readonly fallbackCalls: number;
+  /** Redis was still not answering at the end of the run. */
+  readonly down: boolean;
+}
+
+/**
+ * The share of each limit a run keeps while Redis is not answering (the shared gate's default,
+ * passed explicitly so that the warning can say it): 4 processes falling back together stay under
+ * the shared limit.
+ */
+const localShare = 0.25;
+
 export interface RunGate {
   readonly gate: RunnableGate;
   readonly guard: BudgetGuard | undefined;
@@ -53,7 +77,14 @@ export interface RunGate {
   readonly ledgerLabel: string | undefined;
   /** Spend per budget now (empty without budgets). */
   spend(): BudgetSpend[];
+  /** Redis mode only (undefined otherwise): what the shared gate did while Redis was down. */
+  sharedStore(): SharedStoreReport | undefined;
   close(): Promise<void>;
+}
+
+export interface GateSetUpHooks {
+  /** A line for the user (stderr, or above the progress bar): Redis stopped or started answering. */
+  log?(line: string): void;
 }
 
 // The shared gate, loaded only for --redis, from wherever this build has it: a `redis` entry next to
@@ -62,8 +93,14 @@ export interface RunGate {
 const sharedGateModules = ['./redis.js', '../redis/index.js', '../redis/shared-gate.js'];
 
 type SharedGateFactory = (
-  options: Omit<GateOptions, 'budget'> & { redis: string; keyPrefix?: string; budget?: BudgetGuard },
-) => RunnableGate;
+  options: Omit<GateOptions, 'budget'> & {
+    redis: string;
+    keyPrefix?: string;
+    budget?: BudgetGuard;
+    failure: 'local';
+    localShare: number;
+  },
+) => RunnableGate & Partial<SharedGateExtras>;
 
 async function sharedGateFactory(): Promise<SharedGateFactory | undefined> {
   for (const specifier of sharedGateModules) {
@@ -82,7 +119,95 @@ function rethrow(error: unknown, what: string): never {
   throw error;
 }
 
-export async function setUpGate(config: GateConfig): Promise<RunGate> {
+/** At most this many characters of an error's message in a one-line warning. */
+const maxReasonChars = 120;
+
+/**
+ * Why Redis is not answering, in a few words and without secrets: the connection's own error
+ * (`connect ECONNREFUSED 127.0.0.1:6390`) when the client reported one, else the failed command's.
+ */
+function shortReason(
+  error: unknown,
+  connectionError: unknown,
+  secrets: { all: readonly string[]; password: readonly string[] },
+): string {
+  const firstLine = (e: unknown) => (e instanceof Error ? e.message : String(e)).split('\n')[0]!.trim();
+  let text: string;
+  if (connectionError !== undefined) text = firstLine(connectionError);
+  else {
+    text = firstLine(error);
+    const timeout = /did not answer within commandTimeoutMs (\d+)/.exec(text);
+    if (timeout !== null) text = `no answer within ${timeout[1]} ms`;
+    // `Redis reserve (…) failed: <cause>`: the cause is the reason.
+    else text = text.replace(/^Redis .*? failed: /, '');
+  }
+  let out = redact(text, secrets.all);
+  // The password whatever its length (redact leaves out short values, which may be ordinary words).
+  for (const secret of secrets.password) out = out.split(secret).join(redacted);
+  return out.length > maxReasonChars ? `${out.slice(0, maxReasonChars - 1)}…` : out || 'no reason given';
+}
+
+/** The userinfo of a Redis URL: values no line may print (`password`: whatever its length). */
+function redisSecrets(url: string): { all: string[]; password: string[] } {
+  const decoded = (text: string) => {
+    try {
+      return decodeURIComponent(text);
+    } catch {
+      return text; // not percent-encoded text: the raw form is the one to hide
+    }
+  };
+  try {
+    const parsed = new URL(url);
+    const password = [parsed.password, decoded(parsed.password)].filter((s) => s !== '');
+    return { all: [parsed.username, decoded(parsed.username), ...password], password };
+  } catch {
+    // safeUrlText still hides it in the URL; an unparsable URL fails before any command is sent.
+    return { all: [], password: [] };
+  }
+}
+
+/**
+ * Say on stderr when the shared gate loses Redis (once per outage) and when Redis answers again:
+ * while it is down, limits hold for this process only, which the user must know.
+ */
+function watchStore(gate: Partial<SharedGateExtras>, url: string, log: (line: string) => void): () => void {
+  if (typeof gate.onStoreDown !== 'function' || typeof gate.onStoreUp !== 'function') return () => {};
+  const where = `Redis at ${safeUrlText(url)}`;
+  const secrets = redisSecrets(url);
+  let connectionError: unknown;
+  // The store keeps ioredis's connection errors to itself; their text says why better than a
+  // command's ("max retries per request").
+  const client = gate.store?.client;
+  if (typeof client?.on === 'function') {
+    client.on('error', (error) => {
+      connectionError = error;
+    });
+    // Connected: an old connection error must not explain a later slow command.
+    client.on('ready', () => {
+      connectionError = undefined;
+    });
+  }
+  const offDown = gate.onStoreDown(({ error, policy }) => {
+    const reason = shortReason(error, connectionError, secrets);
+    const then =
+      policy === 'fail-open'
+        ? 'requests now go out unthrottled'
+        : policy === 'fail-closed'
+          ? 'requests are now refused'
+          : `limits now hold for this process only (${Math.round(localShare * 100)}% of each limit)`;
+    log(`tollgate: ${where} is not answering (${reason}); ${then} until it answers again`);
+  });
+  const offUp = gate.onStoreUp(({ downForMs }) => {
+    connectionError = undefined;
+    log(`tollgate: ${where} answers again after ${formatMs(downForMs)}; limits are shared again`);
+  });
+  return () => {
+    offDown();
+    offUp();
+  };
+}
+
+export async function setUpGate(config: GateConfig, hooks: GateSetUpHooks = {}): Promise<RunGate> {
   let guard: BudgetGuard | undefined;
   let ledgerLabel: string | undefined;
   if (config.budgets.length > 0) {
@@ -105,6 +230,8 @@ export async function setUpGate(config: GateConfig): Promise<RunGate> {
     adapt: config.headerAdapt ? (config.adapt ?? {}) : false,
   };
   let gate: RunnableGate;
+  let shared: Partial<SharedGateExtras> | undefined;
+  let unwatch = () => {};
   try {
     if (config.redis !== undefined) {
       const factory = await sharedGateFactory();
@@ -114,12 +241,17 @@ export async function setUpGate(config: GateConfig): Promise<RunGate> {
             `${safeUrlText(config.redis)}. Run without --redis (limits then hold for this process only).`,
         );
       }
-      gate = factory({
+      shared = factory({
         ...options,
         redis: config.redis,
         ...(config.redisPrefix === undefined ? {} : { keyPrefix: config.redisPrefix }),
         ...(guard === undefined ? {} : { budget: guard }),
-      });
+        failure: 'local',
+        localShare,
+      }) as RunnableGate & Partial<SharedGateExtras>;
+      gate = shared as RunnableGate;
+      const log = hooks.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+      unwatch = watchStore(shared, config.redis, log);
     } else {
       gate = createGate(guard === undefined ? options : { ...options, budget: guard });
     }
@@ -133,7 +265,13 @@ export async function setUpGate(config: GateConfig): Promise<RunGate> {
     guard,
     ledgerLabel,
     spend: () => guard?.spend() ?? [],
+    sharedStore: () => {
+      if (typeof shared?.stats !== 'function') return undefined;
+      const stats = shared.stats();
+      return { fallbackCalls: stats.fallbackCalls, down: !stats.storeUp };
+    },
     close: async () => {
+      unwatch();
       await gate.close({ queued: 'reject' });
       guard?.close();
     },

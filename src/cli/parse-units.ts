@@ -115,6 +115,17 @@ export function parseDuration(flag: string, text: string, { allowInfinity = fals
   return ms;
 }
 
+/** The message for a rate of zero or less (`--rate -5/s`, `--limit 0/min`). */
+export function notPositiveRate(flag: string, text: string, example: string): string {
+  return `Expected ${flag} to be a positive rate like ${example}, got ${shown(text)}: a rate must be a positive number`;
+}
+
+/** The examples each rate flag's messages show. */
+export const rateExamples = {
+  rate: '50/s or 3000/min',
+  limit: '500/min, 90000tokens/min or sliding-log:20/min',
+} as const;
+
 /** `N[unit]/[n]window`: a count of some unit per time window. */
 export interface RateText {
   readonly count: number;
@@ -130,6 +141,9 @@ export interface RateText {
  */
 export function parseRateText(flag: string, text: string, example: string): RateText {
   const expected = `Expected ${flag} like ${example}, got ${shown(text)}`;
+  // `-5/s` or `0/s`: said as such, not as a shape the user did follow.
+  if (/^\s*-\s*\d/.test(text) || /^\s*0[0_,]*\s*[a-z_-]*\s*\//i.test(text))
+    throw new CliError(notPositiveRate(flag, text, example));
   // Letters only in the unit, so that `1e3/s` is refused rather than read as 1 of a unit `e3`.
   const m = /^\s*(\d[\d_,]*)\s*([a-z][a-z_-]*)?\s*\/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$/i.exec(text);
   if (m === null) throw new CliError(expected);
@@ -158,7 +172,7 @@ export function parseRateText(flag: string, text: string, example: string): Rate
  * for a provider's "never more than N per W".
  */
 export function parseRate(text: string, burst: number | undefined, flag = '--rate'): LimitSpec {
-  const rate = parseRateText(flag, text, '50/s or 3000/min');
+  const rate = parseRateText(flag, text, rateExamples.rate);
   if (rate.unit !== 'requests') {
     throw new CliError(
       `Expected ${flag} to count requests (like 50/s), got ${shown(text)}; use a limit (--limit ${text}) for other units`,
@@ -175,7 +189,7 @@ export function parseRate(text: string, burst: number | undefined, flag = '--rat
  * per W). `--limit sliding-log:20/min` picks an algorithm explicitly.
  */
 export function parseLimit(text: string, flag = '--limit'): LimitSpec {
-  const example = '500/min, 90000tokens/min or sliding-log:20/min';
+  const example = rateExamples.limit;
   const colon = text.indexOf(':');
   let algorithm: LimitSpec['algorithm'] | undefined;
   let rest = text;

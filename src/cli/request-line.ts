@@ -57,11 +57,16 @@ function show(value: unknown): string {
   return text.length > 60 ? `${text.slice(0, 57)}...` : text;
 }
 
-/** What a value is, for messages about values that must not be shown. */
+/**
+ * What a value is, for messages about values that must not be shown: `an array`, `an object`,
+ * `a number`, `null`; a field that is absent is `nothing` (not "a undefined").
+ */
 function kindOf(value: unknown): string {
+  if (value === undefined) return 'nothing (the field is missing)';
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'an array';
-  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+  const type = typeof value;
+  return /^[aeiou]/.test(type) ? `an ${type}` : `a ${type}`;
 }
 
 /** Parse and validate one line. Throws `MalformedLineError`. */

@@ -15,7 +15,17 @@ export interface Completed {
   readonly results: number;
   /** Lines that were not a JSON object with an id (a write torn by a crash, or someone's edit). */
   readonly unreadable: number;
+  /** Lines this tool writes: a JSON object with an `id` and a boolean `ok`. */
+  readonly resultLines: number;
+  /**
+   * The first line that neither this tool wrote nor a crash tore from one (free text, a requests
+   * file's line): with no result line at all, the file is someone else's.
+   */
+  readonly firstForeignLine: number | undefined;
 }
+
+// A line torn by a crash is the start of a result line: `{"id":…` cut short.
+const tornResult = /^\{"id":/;
 
 /** Ids already in the output (streaming; a missing file has none). */
 export async function readCompleted(path: string, stopped: () => boolean = () => false): Promise<Completed> {
@@ -23,13 +33,19 @@ export async function readCompleted(path: string, stopped: () => boolean = () =>
   const succeeded = new Set<string>();
   let results = 0;
   let unreadable = 0;
-  if (!existsSync(path)) return { ids, succeeded, results, unreadable };
+  let resultLines = 0;
+  let firstForeignLine: number | undefined;
+  const foreign = (line: number) => {
+    firstForeignLine ??= line;
+  };
+  if (!existsSync(path)) return { ids, succeeded, results, unreadable, resultLines, firstForeignLine };
   for await (const line of readFileLines(path)) {
     // A large results file takes seconds to read: Ctrl-C ends the read (nothing is sent after it).
     if (stopped()) break;
     if (line.text === undefined) {
       // Longer than any line this tool writes (--max-inline-body is capped below it).
       unreadable++;
+      foreign(line.number);
       continue;
     }
     let value: unknown;
@@ -37,6 +53,7 @@ export async function readCompleted(path: string, stopped: () => boolean = () =>
       value = JSON.parse(line.text);
     } catch {
       unreadable++;
+      if (!tornResult.test(line.text)) foreign(line.number);
       continue;
     }
     const result = (typeof value === 'object' && value !== null ? value : {}) as {
@@ -45,6 +62,8 @@ export async function readCompleted(path: string, stopped: () => boolean = () =>
       status?: unknown;
     };
     const id = result.id;
+    if ((typeof id === 'string' || typeof id === 'number') && typeof result.ok === 'boolean') resultLines++;
+    else foreign(line.number);
     if (typeof id === 'string' || typeof id === 'number') {
       const key = String(id);
       ids.add(key);
@@ -56,7 +75,7 @@ export async function readCompleted(path: string, stopped: () => boolean = () =>
       else succeeded.delete(key);
     } else unreadable++;
   }
-  return { ids, succeeded, results, unreadable };
+  return { ids, succeeded, results, unreadable, resultLines, firstForeignLine };
 }
 
 /**

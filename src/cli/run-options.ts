@@ -13,6 +13,7 @@ import { jsonErrorPosition } from './json-error-position.js';
 import { maxLineBytes } from './jsonl.js';
 import {
   closest,
+  notPositiveRate,
   parseBudget,
   parseDuration,
   parseHeader,
@@ -21,6 +22,7 @@ import {
   parseOnOff,
   parsePrice,
   parseRate,
+  rateExamples,
 } from './parse-units.js';
 import type { ProgressMode } from './progress.js';
 import { safeUrlText } from './redact.js';
@@ -139,6 +141,26 @@ const maxTimerMs = 2 ** 31 - 1;
 // keeps every result line readable.
 const maxInlineBodyLimit = maxLineBytes / 8;
 
+/**
+ * parseArgs refuses a value starting with a dash (it may be the next flag, the value forgotten):
+ * `--rate -5/s` is a negative number, said as such; anything else is not shown (an `-H` value may
+ * be a secret).
+ */
+function dashValueMessage(message: string, args: readonly string[]): string {
+  // "Option '-o' argument is ambiguous. … use '--out=-XYZ' or '-o-XYZ'."
+  const given = /'([^']+)'/.exec(message)?.[1] ?? '';
+  const name = /use '--([^=']+)=/.exec(message)?.[1] ?? given.replace(/^-+/, '');
+  const at = args.findIndex((arg, i) => arg === given && args[i + 1]?.startsWith('-') === true);
+  const value = at === -1 ? undefined : args[at + 1]!;
+  if (value !== undefined && /^-\s*\.?\d/.test(value)) {
+    const example = (rateExamples as Readonly<Record<string, string>>)[name];
+    return example === undefined
+      ? `Expected --${name} not to be negative, got \`${value}\``
+      : notPositiveRate(`--${name}`, value, example);
+  }
+  return `Option --${name} needs a value, and the argument after it starts with a dash (not shown): give the value, or write --${name}=<value> for one that starts with a dash`;
+}
+
 /** parseArgs with its errors turned into one-line messages (and a "did you mean"). */
 export function parseArgv<O extends NonNullable<ParseArgsConfig['options']>>(
   command: string,
@@ -157,6 +179,9 @@ export function parseArgv<O extends NonNullable<ParseArgsConfig['options']>>(
       throw new CliError(
         `Unknown option ${flag} for \`tollgate ${command}\`${suggestion ? ` (did you mean --${suggestion}?)` : ''}. See \`tollgate ${command} --help\`.`,
       );
+    }
+    if (e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && e.message.includes('argument is ambiguous')) {
+      throw new CliError(`${dashValueMessage(e.message, args)}. See \`tollgate ${command} --help\`.`);
     }
     if (e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
       throw new CliError(`${e.message.replace(/^Option /, 'Option ')}. See \`tollgate ${command} --help\`.`);
@@ -253,6 +278,18 @@ function checkPath(flag: string, path: string, kind: 'file' | 'directory'): void
     }
     if (dirname(dir) === dir) return;
   }
+}
+
+/**
+ * A response header name to keep: a header name can never hold a space or a colon, so such a value
+ * would keep nothing, silently. It is a name, not a secret: the message shows it.
+ */
+function keptHeaderName(flag: string, name: string): string {
+  if (headerNameProblem(name) === undefined) return name;
+  const shown = name.length > 60 ? `${name.slice(0, 57)}...` : name;
+  throw new CliError(
+    `Expected ${flag} to be a header name like x-request-id (letters, digits and !#$%&'*+-.^_\`|~; no spaces or colons), got \`${shown}\``,
+  );
 }
 
 function defaultOut(input: string): string {
@@ -498,10 +535,12 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
     headers[k.toLowerCase()] = v;
   }
   const keepHeaders = [
-    ...(values['keep-header'] ?? []),
+    ...(values['keep-header'] ?? []).map((h) => keptHeaderName('--keep-header', h)),
     ...(file.keepHeaders === undefined
       ? []
-      : asList(file.keepHeaders).map((h) => asStringOrNumber(label('keepHeaders'), h))),
+      : asList(file.keepHeaders).map((h) =>
+          keptHeaderName(label('keepHeaders'), asStringOrNumber(label('keepHeaders'), h)),
+        )),
   ].map((h) => h.toLowerCase());
 
   const windowText =

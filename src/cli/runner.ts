@@ -25,7 +25,7 @@ import {
 } from '../index.js';
 import { CliError } from './cli-error.js';
 import { ExitCode, type ExitCodeValue } from './exit-codes.js';
-import { type GateConfig, setUpGate } from './gate-setup.js';
+import { type GateConfig, type SharedStoreReport, setUpGate } from './gate-setup.js';
 import { type Attempt, bodyText, type Fetched, type Pricing, send } from './http-call.js';
 import { IdealSchedule } from './ideal-schedule.js';
 import { type Line, maxLineBytes, readFileLines, readLines } from './jsonl.js';
@@ -124,6 +124,8 @@ export interface RunReport {
   readonly strictStop: string | undefined;
   readonly spend: readonly BudgetSpend[];
   readonly ledger: string | undefined;
+  /** --redis only: requests sent through the local fallback while Redis was not answering. */
+  readonly sharedStore: SharedStoreReport | undefined;
   readonly wallMs: number;
   /** From the first request's start to the last result (ms). */
   readonly activeMs: number;
@@ -236,6 +238,14 @@ export async function runBatch(
   } catch (error) {
     throw new CliError(`Cannot read --out ${config.out}: ${(error as Error).message}`);
   }
+  // Results are appended: a file of something else (notes, a requests file) would get them mixed
+  // in, and its ids taken as done. Its text is not quoted (it may hold secrets).
+  if (previous.resultLines === 0 && previous.firstForeignLine !== undefined) {
+    throw new CliError(
+      `--out ${config.out} exists and does not hold tollgate results (line ${previous.firstForeignLine} is not a result line); ` +
+        'nothing was sent. Pick another --out, or move that file away (an empty file, or the results of an earlier run, is fine).',
+    );
+  }
   const completed = config.retryFailed ? previous.succeeded : previous.ids;
 
   let total: number | undefined;
@@ -254,7 +264,12 @@ export async function runBatch(
     total = pass.total;
   }
 
-  const run = await setUpGate(config);
+  // Redis warnings go above the progress bar once there is one (the gate is built before it).
+  const toStderr = (line: string) => {
+    process.stderr.write(`${line}\n`);
+  };
+  let log = toStderr;
+  const run = await setUpGate(config, { log: (line) => log(redact(line, Object.values(config.headers))) });
   const { gate } = run;
   let writer: ResultWriter;
   try {
@@ -264,6 +279,9 @@ export async function runBatch(
     throw new CliError(`Cannot open --out ${config.out}: ${(error as Error).message}`);
   }
   const progress = createProgress(config.progress, hooks.label ?? 'tollgate');
+  log = (line) => {
+    progress.log(line);
+  };
   const ideal = new IdealSchedule(config.limits, config.perHost);
   const baseHeaders = new Headers(config.headers);
   const queue = new PQueue({ concurrency: config.window });
@@ -500,6 +518,7 @@ export async function runBatch(
 
   const seen = new Map<string, number>();
   let spend: readonly BudgetSpend[] = [];
+  let sharedStore: SharedStoreReport | undefined;
   try {
     const source = config.input === '-' ? readLines(process.stdin) : readFileLines(config.input);
     for await (const line of source) {
@@ -555,8 +574,10 @@ export async function runBatch(
     signals.stop?.removeEventListener('abort', onStop);
     signals.kill?.removeEventListener('abort', onKill);
     progress.stop(state());
+    log = toStderr;
     writer.close();
     spend = run.spend();
+    sharedStore = run.sharedStore();
     await run.close();
   }
   if (fatal !== undefined) throw fatal;
@@ -602,6 +623,7 @@ export async function runBatch(
     strictStop,
     spend,
     ledger: run.ledgerLabel,
+    sharedStore,
     wallMs: performance.now() - began,
     activeMs: firstStart === undefined ? 0 : lastDone - firstStart,
     minimumMs: ideal.bounded ? ideal.minimumMs : undefined,

@@ -65,6 +65,19 @@ export function formatSummary(report: RunReport): string {
     }
   }
 
+  const shared = report.sharedStore;
+  if (shared !== undefined && (shared.fallbackCalls > 0 || shared.down)) {
+    const parts: string[] = [];
+    if (shared.fallbackCalls > 0) {
+      parts.push(
+        `${plural(shared.fallbackCalls, 'request')} went through the local fallback while Redis was not answering ` +
+          '(limits held for this process only, not shared)',
+      );
+    }
+    if (shared.down) parts.push('Redis was still not answering at the end');
+    lines.push(`  redis      ${parts.join('; ')}`);
+  }
+
   let time = `  wall time  ${formatMs(report.wallMs)}`;
   if (report.sent > 0) time += ` (first start to last result ${formatMs(report.activeMs)})`;
   if (report.minimumMs !== undefined && report.sent > 1) {

@@ -42,7 +42,7 @@ describe('--rate', () => {
     });
   });
 
-  it.each(['fast', '50', '50/', '/s', '50/fortnight', '0/s', '-5/s', '1.5/s', '50/0s'])(
+  it.each(['fast', '50', '50/', '/s', '50/fortnight', '1.5/s', '50/0s'])(
     'refuses %s naming the flag and the value',
     (text) => {
       expect(message(() => parseRate(text, undefined))).toBe(
@@ -50,6 +50,12 @@ describe('--rate', () => {
       );
     },
   );
+
+  it.each(['0/s', '-5/s', '00/min'])('refuses %s saying a rate must be positive', (text) => {
+    expect(message(() => parseRate(text, undefined))).toBe(
+      `Expected --rate to be a positive rate like 50/s or 3000/min, got \`${text}\`: a rate must be a positive number`,
+    );
+  });
 
   it('refuses other units and points to --limit', () => {
     expect(message(() => parseRate('9000tokens/min', undefined))).toMatch(
