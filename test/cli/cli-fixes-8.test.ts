@@ -10,10 +10,9 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { CliError } from '../../src/cli/cli-error.js';
 import { parseRequestLine } from '../../src/cli/request-line.js';
 import { parseRunOptions } from '../../src/cli/run-options.js';
-import { closedPort, readResults, runCli, writeJsonl } from './cli-helpers.js';
+import { cliErrorMessage, closedPort, readResults, runCli, writeJsonl } from './cli-helpers.js';
 
 let dir: string;
 let server: Server;
@@ -46,16 +45,6 @@ beforeEach(() => {
   out = join(dir, `results-${n}.jsonl`);
   received = 0;
 });
-
-function message(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (error) {
-    expect(error).toBeInstanceOf(CliError);
-    return (error as Error).message;
-  }
-  throw new Error('expected a CliError');
-}
 
 function requests(count: number): object[] {
   return Array.from({ length: count }, (_, i) => ({ id: i + 1, url: `${target}/v1/${i + 1}` }));
@@ -127,15 +116,15 @@ describe('messages', () => {
 
   it('refuses a --keep-header that is not a header name, naming the option and the value', () => {
     writeJsonl(input, requests(1));
-    expect(message(() => parseRunOptions([input, '--keep-header', 'bad name']))).toBe(
+    expect(cliErrorMessage(() => parseRunOptions([input, '--keep-header', 'bad name']))).toBe(
       "Expected --keep-header to be a header name like x-request-id (letters, digits and !#$%&'*+-.^_`|~; no spaces or colons), got `bad name`",
     );
-    expect(message(() => parseRunOptions([input, '--keep-header', 'x-cost: 5']))).toMatch(
+    expect(cliErrorMessage(() => parseRunOptions([input, '--keep-header', 'x-cost: 5']))).toMatch(
       /^Expected --keep-header to be a header name .*, got `x-cost: 5`$/,
     );
     const config = join(dir, `config-${n}.json`);
     writeFileSync(config, JSON.stringify({ keepHeaders: ['x-ok', 'x bad'] }));
-    expect(message(() => parseRunOptions([input, '--config', config]))).toMatch(
+    expect(cliErrorMessage(() => parseRunOptions([input, '--config', config]))).toMatch(
       /^Expected `keepHeaders` in .*config-\d+\.json to be a header name .*, got `x bad`$/,
     );
     expect(parseRunOptions([input, '--keep-header', 'X-Request-Cost']).config.keepHeaders).toEqual([
@@ -152,11 +141,11 @@ describe('messages', () => {
     );
     expect(cli.stderr).not.toContain('ambiguous');
     for (const args of [['--rate=-5/s'], ['--rate', '0/s'], ['--rate', '-5/s']]) {
-      expect(message(() => parseRunOptions([input, ...args]))).toMatch(
+      expect(cliErrorMessage(() => parseRunOptions([input, ...args]))).toMatch(
         /^Expected --rate to be a positive rate like 50\/s or 3000\/min, got `(-5|0)\/s`: a rate must be a positive number/,
       );
     }
-    expect(message(() => parseRunOptions([input, '--limit', '-3/min']))).toMatch(
+    expect(cliErrorMessage(() => parseRunOptions([input, '--limit', '-3/min']))).toMatch(
       /^Expected --limit to be a positive rate like 500\/min.*, got `-3\/min`: a rate must be a positive number/,
     );
     expect(received).toBe(0);

@@ -4,6 +4,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { type AddressInfo, createServer } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { expect } from 'vitest';
+import { CliError } from '../../src/cli/cli-error.js';
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const main = resolve(repoRoot, 'src/cli/main.ts');
@@ -88,4 +90,15 @@ export async function closedPort(): Promise<number> {
   const { port } = server.address() as AddressInfo;
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
+}
+
+/** The message of the CliError `fn` throws (fails the test when it throws anything else, or nothing). */
+export function cliErrorMessage(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (error) {
+    expect(error).toBeInstanceOf(CliError);
+    return (error as Error).message;
+  }
+  throw new Error('expected a CliError');
 }

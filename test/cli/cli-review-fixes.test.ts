@@ -9,13 +9,12 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { CliError } from '../../src/cli/cli-error.js';
 import { setUpGate } from '../../src/cli/gate-setup.js';
 import { parseLimit, parseRate } from '../../src/cli/parse-units.js';
 import { redact, safeUrlText, urlSecrets } from '../../src/cli/redact.js';
 import { parseRunOptions } from '../../src/cli/run-options.js';
 import { type SimulatedApi, startSimulatedApi } from '../../src/testing/index.js';
-import { readResults, runCli, writeJsonl } from './cli-helpers.js';
+import { cliErrorMessage, readResults, runCli, writeJsonl } from './cli-helpers.js';
 
 // This build has the shared gate; without these modules it has none, which is the path under test.
 vi.mock('../../src/redis/index.js', () => ({}));
@@ -31,21 +30,11 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-function message(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (error) {
-    expect(error).toBeInstanceOf(CliError);
-    return (error as Error).message;
-  }
-  throw new Error('expected a CliError');
-}
-
 describe('run arguments', () => {
   it('says how many arguments an unquoted -H left, never their text', () => {
     const input = join(dir, 'r.jsonl');
     writeJsonl(input, [{ id: 1, url: 'http://127.0.0.1:1/' }]);
-    const text = message(() =>
+    const text = cliErrorMessage(() =>
       parseRunOptions([input, '-H', 'Authorization:', 'Bearer', 'sk-live-SECRETVALUE123']),
     );
     expect(text).not.toContain('SECRETVALUE123');
@@ -58,16 +47,16 @@ describe('run arguments', () => {
 
 describe('limit units', () => {
   it('refuses a misspelt unit and an exponent, naming the flag and the value', () => {
-    expect(message(() => parseLimit('2tokns/s'))).toBe(
+    expect(cliErrorMessage(() => parseLimit('2tokns/s'))).toBe(
       "Expected --limit's unit to be requests or tokens (did you mean tokens?), got `tokns` in `2tokns/s`",
     );
-    expect(message(() => parseLimit('1e3/s'))).toBe(
+    expect(cliErrorMessage(() => parseLimit('1e3/s'))).toBe(
       'Expected --limit like 500/min, 90000tokens/min or sliding-log:20/min, got `1e3/s`',
     );
-    expect(message(() => parseLimit('5reqests/min', '`limits[0]` in job.json'))).toMatch(
+    expect(cliErrorMessage(() => parseLimit('5reqests/min', '`limits[0]` in job.json'))).toMatch(
       /^Expected `limits\[0\]` in job.json's unit .*did you mean requests\?.*`5reqests\/min`/,
     );
-    expect(message(() => parseRate('50reqests/s', undefined))).toMatch(/^Expected --rate's unit/);
+    expect(cliErrorMessage(() => parseRate('50reqests/s', undefined))).toMatch(/^Expected --rate's unit/);
   });
 
   it('keeps every documented form, and units of your own', () => {

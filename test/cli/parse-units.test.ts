@@ -10,16 +10,7 @@ import {
   parsePrice,
   parseRate,
 } from '../../src/cli/parse-units.js';
-
-function message(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (error) {
-    expect(error).toBeInstanceOf(CliError);
-    return (error as Error).message;
-  }
-  throw new Error('expected a CliError');
-}
+import { cliErrorMessage } from './cli-helpers.js';
 
 describe('--rate', () => {
   it.each([
@@ -45,20 +36,20 @@ describe('--rate', () => {
   it.each(['fast', '50', '50/', '/s', '50/fortnight', '1.5/s', '50/0s'])(
     'refuses %s naming the flag and the value',
     (text) => {
-      expect(message(() => parseRate(text, undefined))).toBe(
+      expect(cliErrorMessage(() => parseRate(text, undefined))).toBe(
         `Expected --rate like 50/s or 3000/min, got \`${text}\``,
       );
     },
   );
 
   it.each(['0/s', '-5/s', '00/min'])('refuses %s saying a rate must be positive', (text) => {
-    expect(message(() => parseRate(text, undefined))).toBe(
+    expect(cliErrorMessage(() => parseRate(text, undefined))).toBe(
       `Expected --rate to be a positive rate like 50/s or 3000/min, got \`${text}\`: a rate must be a positive number`,
     );
   });
 
   it('refuses other units and points to --limit', () => {
-    expect(message(() => parseRate('9000tokens/min', undefined))).toMatch(
+    expect(cliErrorMessage(() => parseRate('9000tokens/min', undefined))).toMatch(
       /count requests.*--limit 9000tokens\/min/,
     );
   });
@@ -110,13 +101,13 @@ describe('--limit', () => {
       intervalMs: 60_000,
       unit: 'requests',
     });
-    expect(message(() => parseLimit('sloppy:20/min'))).toMatch(
+    expect(cliErrorMessage(() => parseLimit('sloppy:20/min'))).toMatch(
       /--limit's algorithm to be one of .*got `sloppy`/,
     );
   });
 
   it('refuses junk', () => {
-    expect(message(() => parseLimit('lots'))).toBe(
+    expect(cliErrorMessage(() => parseLimit('lots'))).toBe(
       'Expected --limit like 500/min, 90000tokens/min or sliding-log:20/min, got `lots`',
     );
   });
@@ -141,14 +132,16 @@ describe('--budget', () => {
   it.each(['5usd', 'five/day', '5usd/fortnight', '5xyz/day', '-1usd/day', '5usd/day/extra'])(
     'refuses %s',
     (text) => {
-      expect(message(() => parseBudget(text))).toBe(
+      expect(cliErrorMessage(() => parseBudget(text))).toBe(
         `Expected --budget like 5usd/day, $20/month or daily=2usd/24h, got \`${text}\``,
       );
     },
   );
 
   it('refuses a time zone on a rolling window', () => {
-    expect(message(() => parseBudget('5usd/24h@UTC'))).toMatch(/time zone only with a calendar period/);
+    expect(cliErrorMessage(() => parseBudget('5usd/24h@UTC'))).toMatch(
+      /time zone only with a calendar period/,
+    );
   });
 });
 
@@ -159,10 +152,10 @@ describe('other values', () => {
     expect(parseDuration('--timeout', '1.5m')).toBe(90_000);
     expect(parseDuration('--timeout', '0')).toBe(0);
     expect(parseDuration('--max-queue-time', 'inf', { allowInfinity: true })).toBe(Number.POSITIVE_INFINITY);
-    expect(message(() => parseDuration('--timeout', '30'))).toBe(
+    expect(cliErrorMessage(() => parseDuration('--timeout', '30'))).toBe(
       'Expected --timeout like 500ms, 30s or 2m, got `30`',
     );
-    expect(message(() => parseDuration('--timeout', 'inf'))).toMatch(/got `inf`/);
+    expect(cliErrorMessage(() => parseDuration('--timeout', 'inf'))).toMatch(/got `inf`/);
   });
 
   it.each([
@@ -179,18 +172,18 @@ describe('other values', () => {
   it('reads on/off, integers, prices and headers', () => {
     expect(parseOnOff('--header-adapt', 'off')).toBe(false);
     expect(parseOnOff('--header-adapt', 'ON')).toBe(true);
-    expect(message(() => parseOnOff('--header-adapt', 'maybe'))).toBe(
+    expect(cliErrorMessage(() => parseOnOff('--header-adapt', 'maybe'))).toBe(
       'Expected --header-adapt to be on or off, got `maybe`',
     );
     expect(parseInteger('--concurrency', '8', 1)).toBe(8);
-    expect(message(() => parseInteger('--concurrency', '0', 1))).toBe(
+    expect(cliErrorMessage(() => parseInteger('--concurrency', '0', 1))).toBe(
       'Expected --concurrency to be an integer >= 1, got `0`',
     );
-    expect(message(() => parseInteger('--concurrency', 'eight', 1))).toMatch(/got `eight`/);
+    expect(cliErrorMessage(() => parseInteger('--concurrency', 'eight', 1))).toMatch(/got `eight`/);
     expect(parsePrice('--price', '0.002usd')).toEqual({ micros: 2_000, currency: 'usd' });
     expect(parsePrice('--price', '$0.0000001').micros).toBe(1);
-    expect(message(() => parsePrice('--price', 'cheap'))).toMatch(/Expected --price to be an amount/);
+    expect(cliErrorMessage(() => parsePrice('--price', 'cheap'))).toMatch(/Expected --price to be an amount/);
     expect(parseHeader('Authorization: Bearer abc:def')).toEqual(['Authorization', 'Bearer abc:def']);
-    expect(message(() => parseHeader('no colon'))).toMatch(/Expected --header like/);
+    expect(cliErrorMessage(() => parseHeader('no colon'))).toMatch(/Expected --header like/);
   });
 });
