@@ -142,12 +142,22 @@ function shortReason(
     else text = text.replace(/^Redis .*? failed: /, '');
   }
   let out = redact(text, secrets.all);
-  // The password whatever its length (redact leaves out short values, which may be ordinary words).
-  for (const secret of secrets.password) out = out.split(secret).join(redacted);
+  // The password whatever its length (redact leaves out short values, which may be ordinary words),
+  // where it stands alone: a password `1` must not turn `127.0.0.1` into `[redacted]27.0.0.[redacted]`.
+  for (const secret of secrets.password) {
+    const alone = new RegExp(
+      `(?<![A-Za-z0-9])${secret.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?![A-Za-z0-9])`,
+      'g',
+    );
+    out = out.replace(alone, redacted);
+  }
   return out.length > maxReasonChars ? `${out.slice(0, maxReasonChars - 1)}…` : out || 'no reason given';
 }
 
-/** The userinfo of a Redis URL: values no line may print (`password`: whatever its length). */
+/**
+ * The userinfo of a Redis URL: values no line may print (`password`: whatever its length), unless
+ * the host or port holds them too: those are printed anyway, and hiding them would garble the line.
+ */
 function redisSecrets(url: string): { all: string[]; password: string[] } {
   const decoded = (text: string) => {
     try {
@@ -158,8 +168,10 @@ function redisSecrets(url: string): { all: string[]; password: string[] } {
   };
   try {
     const parsed = new URL(url);
-    const password = [parsed.password, decoded(parsed.password)].filter((s) => s !== '');
-    return { all: [parsed.username, decoded(parsed.username), ...password], password };
+    const address = `${parsed.hostname}:${parsed.port}`;
+    const hidden = (values: string[]) => values.filter((s) => s !== '' && !address.includes(s));
+    const password = hidden([parsed.password, decoded(parsed.password)]);
+    return { all: [...hidden([parsed.username, decoded(parsed.username)]), ...password], password };
   } catch {
     // safeUrlText still hides it in the URL; an unparsable URL fails before any command is sent.
     return { all: [], password: [] };

@@ -53,6 +53,7 @@ const methodShape = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const forbiddenMethods = new Set(['CONNECT', 'TRACE', 'TRACK']);
 
 function show(value: unknown): string {
+  if (value === undefined) return kindOf(value);
   const text = JSON.stringify(value) ?? String(value);
   return text.length > 60 ? `${text.slice(0, 57)}...` : text;
 }

@@ -24,8 +24,10 @@ export interface Completed {
   readonly firstForeignLine: number | undefined;
 }
 
-// A line torn by a crash is the start of a result line: `{"id":…` cut short.
-const tornResult = /^\{"id":/;
+// A line torn by a crash is the start of a result line (every one starts `{"id":`), cut short
+// anywhere, even within those first bytes.
+const resultStart = '{"id":';
+const tornResult = (text: string) => text.startsWith(resultStart) || resultStart.startsWith(text);
 
 /** Ids already in the output (streaming; a missing file has none). */
 export async function readCompleted(path: string, stopped: () => boolean = () => false): Promise<Completed> {
@@ -53,7 +55,7 @@ export async function readCompleted(path: string, stopped: () => boolean = () =>
       value = JSON.parse(line.text);
     } catch {
       unreadable++;
-      if (!tornResult.test(line.text)) foreign(line.number);
+      if (!tornResult(line.text)) foreign(line.number);
       continue;
     }
     const result = (typeof value === 'object' && value !== null ? value : {}) as {

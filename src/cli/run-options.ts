@@ -141,10 +141,21 @@ const maxTimerMs = 2 ** 31 - 1;
 // keeps every result line readable.
 const maxInlineBodyLimit = maxLineBytes / 8;
 
+/** Options whose value is a number or a rate: a negative one is shown (no secret in it). */
+const numericFlags = new Set([
+  'rate',
+  'burst',
+  'limit',
+  'concurrency',
+  'window',
+  'timeout',
+  'max-queue-time',
+]);
+
 /**
  * parseArgs refuses a value starting with a dash (it may be the next flag, the value forgotten):
- * `--rate -5/s` is a negative number, said as such; anything else is not shown (an `-H` value may
- * be a secret).
+ * `--rate -5/s` is a negative number, said as such; any other option's value is not shown (an `-H`
+ * value may be a secret, an `--out` path is the user's).
  */
 function dashValueMessage(message: string, args: readonly string[]): string {
   // "Option '-o' argument is ambiguous. … use '--out=-XYZ' or '-o-XYZ'."
@@ -152,7 +163,7 @@ function dashValueMessage(message: string, args: readonly string[]): string {
   const name = /use '--([^=']+)=/.exec(message)?.[1] ?? given.replace(/^-+/, '');
   const at = args.findIndex((arg, i) => arg === given && args[i + 1]?.startsWith('-') === true);
   const value = at === -1 ? undefined : args[at + 1]!;
-  if (value !== undefined && /^-\s*\.?\d/.test(value)) {
+  if (value !== undefined && numericFlags.has(name) && /^-\s*\.?\d/.test(value)) {
     const example = (rateExamples as Readonly<Record<string, string>>)[name];
     return example === undefined
       ? `Expected --${name} not to be negative, got \`${value}\``
@@ -282,13 +293,14 @@ function checkPath(flag: string, path: string, kind: 'file' | 'directory'): void
 
 /**
  * A response header name to keep: a header name can never hold a space or a colon, so such a value
- * would keep nothing, silently. It is a name, not a secret: the message shows it.
+ * would keep nothing, silently. The message shows the name only up to its first bad character: what
+ * follows may be a pasted credential ("Authorization: Bearer …").
  */
 function keptHeaderName(flag: string, name: string): string {
-  if (headerNameProblem(name) === undefined) return name;
-  const shown = name.length > 60 ? `${name.slice(0, 57)}...` : name;
+  const problem = headerNameProblem(name);
+  if (problem === undefined) return name;
   throw new CliError(
-    `Expected ${flag} to be a header name like x-request-id (letters, digits and !#$%&'*+-.^_\`|~; no spaces or colons), got \`${shown}\``,
+    `Expected ${flag} to be a header name like x-request-id (letters, digits and !#$%&'*+-.^_\`|~; no spaces or colons): ${problem}`,
   );
 }
 

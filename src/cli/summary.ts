@@ -82,7 +82,10 @@ export function formatSummary(report: RunReport): string {
   if (report.sent > 0) time += ` (first start to last result ${formatMs(report.activeMs)})`;
   if (report.minimumMs !== undefined && report.sent > 1) {
     time += `; your limits allow no less than ${formatMs(report.minimumMs)}`;
-    if (report.minimumMs > 0 && report.activeMs > 0) {
+    if ((report.sharedStore?.fallbackCalls ?? 0) > 0) {
+      // Those requests went at the fallback's share of each limit: the full limits' pace is no yardstick.
+      time += ' (pace not judged: some requests ran on the local fallback)';
+    } else if (report.minimumMs > 0 && report.activeMs > 0) {
       time += ` (${Math.round((100 * report.minimumMs) / report.activeMs)}% of the ideal pace)`;
     }
   } else if (report.sent > 1) time += '; no rate limit configured';

@@ -84,9 +84,35 @@ describe('--redis that does not answer', () => {
     expect(result.stdout).toMatch(
       /^ {2}redis {6}5 requests went through the local fallback while Redis was not answering \(limits held for this process only, not shared\); Redis was still not answering at the end$/m,
     );
+    // Those requests ran at the fallback's share: the full limits' pace is no yardstick for them.
+    expect(result.stdout).toMatch(
+      /your limits allow no less than .* \(pace not judged: some requests ran on the local fallback\)/,
+    );
+    expect(result.stdout).not.toContain('of the ideal pace');
     const printed = `${result.stdout}\n${result.stderr}`;
     expect(printed).not.toContain('RPASSWORD-8x');
     expect(printed).not.toContain('sk-AUTH-SECRET-8');
+  }, 60_000);
+
+  it('hides a short password where it stands alone, not inside the address it also spells', async () => {
+    const port = await closedPort();
+    writeJsonl(input, requests(2));
+    const result = await runCli([
+      'run',
+      input,
+      '--out',
+      out,
+      '--redis',
+      `redis://:1@127.0.0.1:${port}/0`,
+      '--progress',
+      'none',
+    ]);
+    expect(result.code, result.stderr).toBe(0);
+    const warning = result.stderr.split('\n').find((line) => line.includes('is not answering'));
+    expect(warning).toBeDefined();
+    // The reason names the address as it is (the password `1` is in it anyway).
+    expect(warning).toContain(`127.0.0.1:${port}`);
+    expect(warning).not.toMatch(/\[redacted\]\d|\d\[redacted\]/);
   }, 60_000);
 });
 
@@ -117,15 +143,23 @@ describe('messages', () => {
   it('refuses a --keep-header that is not a header name, naming the option and the value', () => {
     writeJsonl(input, requests(1));
     expect(cliErrorMessage(() => parseRunOptions([input, '--keep-header', 'bad name']))).toBe(
-      "Expected --keep-header to be a header name like x-request-id (letters, digits and !#$%&'*+-.^_`|~; no spaces or colons), got `bad name`",
+      "Expected --keep-header to be a header name like x-request-id (letters, digits and !#$%&'*+-.^_`|~; no spaces or colons): " +
+        'header name "bad…" has a character not allowed in a name at position 4',
     );
     expect(cliErrorMessage(() => parseRunOptions([input, '--keep-header', 'x-cost: 5']))).toMatch(
-      /^Expected --keep-header to be a header name .*, got `x-cost: 5`$/,
+      /^Expected --keep-header to be a header name .*: header name "x-cost…" has a character not allowed in a name at position 7$/,
     );
+    // What follows the first bad character may be a pasted credential: never shown.
+    const pasted = cliErrorMessage(() =>
+      parseRunOptions([input, '--keep-header', 'Authorization: Bearer sk-live-0123456789abcdef']),
+    );
+    expect(pasted).toContain('header name "Authorization…"');
+    expect(pasted).not.toContain('sk-live');
+    expect(pasted).not.toContain('Bearer');
     const config = join(dir, `config-${n}.json`);
     writeFileSync(config, JSON.stringify({ keepHeaders: ['x-ok', 'x bad'] }));
     expect(cliErrorMessage(() => parseRunOptions([input, '--config', config]))).toMatch(
-      /^Expected `keepHeaders` in .*config-\d+\.json to be a header name .*, got `x bad`$/,
+      /^Expected `keepHeaders` in .*config-\d+\.json to be a header name .*: header name "x…" has a character not allowed in a name at position 2$/,
     );
     expect(parseRunOptions([input, '--keep-header', 'X-Request-Cost']).config.keepHeaders).toEqual([
       'x-request-cost',
@@ -149,6 +183,30 @@ describe('messages', () => {
       /^Expected --limit to be a positive rate like 500\/min.*, got `-3\/min`: a rate must be a positive number/,
     );
     expect(received).toBe(0);
+  });
+
+  it('does not show the dash value of an option that is not a number (a header may be a key)', () => {
+    writeJsonl(input, requests(1));
+    for (const args of [
+      ['-H', '-7f3c9a2b1e8d4f60'],
+      ['--header', '-7f3c9a2b1e8d4f60'],
+      ['-o', '-5.jsonl'],
+      ['--redis', '-1secret'],
+    ]) {
+      const text = cliErrorMessage(() => parseRunOptions([input, ...args]));
+      expect(text).toMatch(/needs a value, and the argument after it starts with a dash \(not shown\)/);
+      expect(text).not.toContain(args[1]!.slice(1));
+    }
+    // A number option's negative value is shown: there is no secret in it.
+    expect(cliErrorMessage(() => parseRunOptions([input, '--concurrency', '-5']))).toBe(
+      'Expected --concurrency not to be negative, got `-5`. See `tollgate run --help`.',
+    );
+  });
+
+  it('says a missing id is missing (not "got undefined")', () => {
+    expect(() => parseRequestLine(JSON.stringify({ url: 'http://x/' }), 3, undefined)).toThrow(
+      'line 3: expected `id` to be a non-empty string or an integer, got nothing (the field is missing)',
+    );
   });
 });
 

@@ -1,7 +1,7 @@
 /**
  * The results file and the line reader, in process: short writes, long lines, the line cap.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -68,6 +68,21 @@ describe('ResultWriter', () => {
     const completed = await readCompleted(path);
     expect([...completed.ids]).toEqual(['a', 'b']);
     expect(completed.unreadable).toBe(0);
+  });
+});
+
+describe('readCompleted: whose file is it', () => {
+  it('takes a line torn anywhere in a result line, even within its first bytes, as a crash, not as foreign text', async () => {
+    for (const torn of ['{', '{"i', '{"id":', '{"id":7,"o']) {
+      const path = join(dir, `torn-${torn.length}.jsonl`);
+      writeFileSync(path, torn);
+      const completed = await readCompleted(path);
+      expect(completed.resultLines, torn).toBe(0);
+      expect(completed.firstForeignLine, torn).toBeUndefined();
+    }
+    const notes = join(dir, 'notes.txt');
+    writeFileSync(notes, 'id: 7\n');
+    expect((await readCompleted(notes)).firstForeignLine).toBe(1);
   });
 });
 
