@@ -64,31 +64,74 @@ local function dropWindow(wid, bid)
   redis.call('SREM', P .. ':i', wid)
 end
 
+-- Per window, how many of the oldest ':ha:' members this run has checked against the holds (see
+-- checkedMembers); any change to the indexes forgets it.
+local checkedAhead = {}
+
 -- Index a hold (reserve) or drop it from the indexes (settle, release, prune). member: 'id:micros'.
 local function indexHold(wid, member, at, expiresAt, rolling)
+  checkedAhead[wid] = nil
   redis.call('ZADD', P .. ':he:' .. wid, expiresAt, member)
   if rolling then redis.call('ZADD', P .. ':ha:' .. wid, at, member) end
 end
 local function unindexHold(wid, member, rolling)
+  checkedAhead[wid] = nil
   redis.call('ZREM', P .. ':he:' .. wid, member)
   if rolling then redis.call('ZREM', P .. ':ha:' .. wid, member) end
 end
 
--- Holds written before the indexes existed (an older tollgate): index them all, once.
-local function ensureIndexed(wid, rolling)
-  local h = P .. ':h:' .. wid
-  if redis.call('HLEN', h) == redis.call('ZCARD', P .. ':he:' .. wid) then return end
-  redis.call('DEL', P .. ':he:' .. wid, P .. ':ha:' .. wid)
+-- Index every hold of the window afresh; the indexes expire with the holds.
+local function reindex(wid, rolling)
+  local h, he, ha = P .. ':h:' .. wid, P .. ':he:' .. wid, P .. ':ha:' .. wid
+  checkedAhead[wid] = nil
+  redis.call('DEL', he, ha)
   local holds = redis.call('HGETALL', h)
   for i = 1, #holds, 2 do
     local micros, at, expiresAt = string.match(holds[i + 1], '(%S+) (%S+) (%S+)')
     indexHold(wid, holds[i] .. ':' .. micros, at, expiresAt, rolling)
   end
+  local ttl = redis.call('PTTL', h)
+  if ttl > 0 then
+    redis.call('PEXPIRE', he, ttl)
+    if rolling then redis.call('PEXPIRE', ha, ttl) end
+  end
+end
+
+-- Holds written before the indexes existed (an older tollgate): index them all, once.
+local function ensureIndexed(wid, rolling)
+  if redis.call('HLEN', P .. ':h:' .. wid) == redis.call('ZCARD', P .. ':he:' .. wid) then return end
+  reindex(wid, rolling)
 end
 
 -- The id and micros of an index member 'id:micros' (ids hold no ':').
 local function memberParts(member)
   return string.match(member, '^(.*):(%S+)$')
+end
+
+-- Index members read from key (an index of wid), checked against the holds: an older tollgate,
+-- still running beside this one, settles holds without unindexing them and reserves holds without
+-- indexing them, and the counts can then agree while the members are wrong. A member whose hold is
+-- gone (or holds other micros) rebuilds the indexes, and read() runs again on them. stride: 2 when
+-- read() answers members WITHSCORES; skip: leading members already checked.
+local function checkedMembers(wid, rolling, key, read, stride, skip)
+  local members = read(key)
+  local h = P .. ':h:' .. wid
+  stride = stride or 1
+  -- One HMGET per 1,000 members (unpack's stack is bounded).
+  for first = (skip or 0) * stride + 1, #members, 1000 * stride do
+    local ids, micros = {}, {}
+    for m = first, math.min(#members, first + 1000 * stride - 1), stride do
+      ids[#ids + 1], micros[#micros + 1] = memberParts(members[m])
+    end
+    local holds = redis.call('HMGET', h, unpack(ids))
+    for i = 1, #ids do
+      if not holds[i] or string.match(holds[i], '^(%S+)') ~= micros[i] then
+        reindex(wid, rolling)
+        return read(key)
+      end
+    end
+  end
+  return members
 end
 
 -- Rolling: drop settled spend and holds dated at or before now - rollingMs (budget.ts pruneRolling).
@@ -105,10 +148,13 @@ local function pruneRolling(wid, rm, now)
   end
   ensureIndexed(wid, true)
   local ha = P .. ':ha:' .. wid
-  local old = redis.call('ZRANGEBYSCORE', ha, '-inf', cutoff)
+  local old = checkedMembers(wid, true, ha, function(key)
+    return redis.call('ZRANGEBYSCORE', key, '-inf', cutoff)
+  end)
   if #old == 0 then return end
   local h, he = P .. ':h:' .. wid, P .. ':he:' .. wid
   local reserved = 0
+  checkedAhead[wid] = nil
   for _, member in ipairs(old) do
     local id, micros = memberParts(member)
     redis.call('HDEL', h, id)
@@ -123,7 +169,10 @@ end
 local function expiredMicros(wid, now, rolling)
   ensureIndexed(wid, rolling)
   local sum = 0
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', P .. ':he:' .. wid, '-inf', fmt(now))) do
+  local expired = checkedMembers(wid, rolling, P .. ':he:' .. wid, function(key)
+    return redis.call('ZRANGEBYSCORE', key, '-inf', fmt(now))
+  end)
+  for _, member in ipairs(expired) do
     local _, micros = memberParts(member)
     sum = sum + tonumber(micros)
   end
@@ -134,14 +183,20 @@ end
 -- logs, each sorted by Redis, merged. Only as many as asked for (n, or all).
 local function counted(wid, n)
   ensureIndexed(wid, true)
-  local function read(key)
-    local log, out = redis.call('ZRANGE', key, 0, n and (n - 1) or -1, 'WITHSCORES'), {}
+  local function range(key)
+    return redis.call('ZRANGE', key, 0, n and (n - 1) or -1, 'WITHSCORES')
+  end
+  local function parse(log)
+    local out = {}
     for i = 1, #log, 2 do
       out[#out + 1] = { tonumber(log[i + 1]), tonumber(string.match(log[i], ':(%S+)$')) }
     end
     return out
   end
-  local a, b = read(P .. ':g:' .. wid), read(P .. ':ha:' .. wid)
+  local a = parse(range(P .. ':g:' .. wid))
+  -- rollingRetryAt reads ever more of the oldest members: each is checked once.
+  local b = parse(checkedMembers(wid, true, P .. ':ha:' .. wid, range, 2, checkedAhead[wid]))
+  checkedAhead[wid] = #b
   local entries, i, j = {}, 1, 1
   while (i <= #a or j <= #b) and (not n or #entries < n) do
     if j > #b or (i <= #a and a[i][1] <= b[j][1]) then
@@ -283,8 +338,8 @@ local ttl = 0
 for _, e in ipairs(entries) do
   local w = P .. ':w:' .. e.wid
   local r = redis.call('HINCRBY', w, 'r', fmt(e.est))
-  -- Holds an older tollgate wrote unindexed stay so until a read needs them (see ensureIndexed):
-  -- an index never has more members than the holds, so the counts tell.
+  -- Holds an older tollgate wrote unindexed stay so until a read needs them (see ensureIndexed and
+  -- checkedMembers).
   redis.call('HSET', P .. ':h:' .. e.wid, id, fmt(e.est) .. ' ' .. fmt(now) .. ' ' .. fmt(e.exp))
   indexHold(e.wid, id .. ':' .. fmt(e.est), fmt(now), fmt(e.exp), e.rm ~= nil)
   local t = touch(e.wid, e.ws, e.we, e.rm, e.bid, now)

@@ -96,6 +96,8 @@ describe.skipIf(skip !== false)('Redis ledger keys', () => {
     // The two holds whose process died count as spent.
     const refused = await ledger.reserve([rolling(t + 5000, 9_000, t + 600_000)], t + 5000);
     expect(refused).toMatchObject({ ok: false, spentMicros: 2_000, reservedMicros: 2_000 });
+    // The rebuilt indexes expire with the holds (a refusal sets no other TTL).
+    for (const key of indexes) expect(await admin!.pttl(key), key).toBeGreaterThan(0);
     // A minute after the first two, they have left the window; the other two still count.
     const later = t + 61_000;
     const windows = await ledger.snapshot(later);
@@ -104,6 +106,67 @@ describe.skipIf(skip !== false)('Redis ledger keys', () => {
       reservedMicros: 2_000,
     });
     expect((await ledger.reserve([rolling(later, 8_000, later + 600_000)], later)).ok).toBe(true);
+  });
+
+  it('an older tollgate writing beside this one (holds settled but left in the indexes, holds never indexed): no overspend, no phantom spend', async () => {
+    // What an older version's scripts leave, made here from this version's writes: its settle
+    // removes the hold but not its index members, its reserve adds a hold with no index member.
+    const keyPrefix = `${prefix}-mixed`;
+    const ledger = ledgerAt(keyPrefix);
+    const indexKeys = async () => {
+      const keys = await keysOfTag(admin!, `{${keyPrefix}:*`);
+      return { he: keys.filter((k) => k.includes(':he:')), ha: keys.filter((k) => k.includes(':ha:')) };
+    };
+    const oldSettle = async (id: string, micros: number, actual: number, at: number) => {
+      const { he, ha } = await indexKeys();
+      const member = `${id}:${micros}`;
+      const keys = [...he, ...ha];
+      const scores = await Promise.all(keys.map((k) => admin!.zscore(k, member)));
+      expect(scores.filter((s) => s !== null).length).toBeGreaterThan(0);
+      expect((await ledger.settle(id, actual, at)).found).toBe(true);
+      await Promise.all(keys.map((k, i) => (scores[i] === null ? 0 : admin!.zadd(k, scores[i]!, member))));
+    };
+    const oldReserve = async (entries: Parameters<RedisLedger['reserve']>[0], at: number) => {
+      const r = await ledger.reserve(entries, at);
+      if (!r.ok) throw new Error('expected the reserve to be admitted');
+      const { he, ha } = await indexKeys();
+      await Promise.all(
+        [...he, ...ha].map((k) => admin!.zrem(k, `${r.reservationId}:${entries[0]!.estimateMicros}`)),
+      );
+    };
+    const t = now;
+    const rolling = (at: number, estimateMicros: number) => ({
+      budgetId: 'roll',
+      windowStart: at - 60_000,
+      windowEnd: at,
+      rollingMs: 60_000,
+      limitMicros: 10_000,
+      estimateMicros,
+      expiresAt: at + 600_000,
+    });
+    const a = await ledger.reserve([rolling(t, 3_000)], t);
+    if (!a.ok) throw new Error('expected A to be admitted');
+    await oldReserve([rolling(t + 1_000, 1_000)], t + 1_000);
+    await oldSettle(a.reservationId, 3_000, 0, t + 2_000);
+    // A minute on, both have left the window: 10,000 fits, and then nothing more.
+    const later = t + 61_000;
+    const admitted = [];
+    for (const micros of [10_000, 2_000, 1_000])
+      admitted.push((await ledger.reserve([rolling(later, micros)], later)).ok);
+    expect(admitted).toEqual([true, false, false]);
+    expect((await ledger.snapshot(later)).find((w) => w.budgetId === 'roll')).toMatchObject({
+      spentMicros: 0,
+      reservedMicros: 10_000,
+    });
+
+    // A calendar hold settled by the older version and past its expiry is not counted again.
+    const b = await ledger.reserve([{ ...entry('cal', 500, 1_000), expiresAt: t + 10 }], t);
+    if (!b.ok) throw new Error('expected B to be admitted');
+    await oldSettle(b.reservationId, 500, 200, t + 5);
+    expect((await ledger.snapshot(t + 20)).find((w) => w.budgetId === 'cal')).toMatchObject({
+      spentMicros: 200,
+      reservedMicros: 0,
+    });
   });
 
   it('ledgers sharing a prefix (other processes, or this one restarted) never choose the same id', async () => {
