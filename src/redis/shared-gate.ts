@@ -264,6 +264,8 @@ export class SharedGate {
   private up = true;
   private downSince = 0;
   private probeTimer: unknown = undefined;
+  /** Permits of calls that finished while the store was down: given back when it answers. */
+  private unrefunded: StoreReservation[] = [];
   private queuedTotal = 0;
   private inFlight = 0;
   /**
@@ -325,6 +327,13 @@ export class SharedGate {
         arrivalMarginMs: o.arrivalMarginMs,
         random: o.random,
         ...(o.adaptInput === undefined ? {} : { adapt: o.adaptInput }),
+      });
+      // A 429 answered to a call of the fallback pauses this gate (and, once the store answers,
+      // every process) as one answered through the store does.
+      this.fallback.onPause((event) => {
+        if (event.reason === 'shared') return;
+        const info = event.key === undefined ? this.defaultInfo : this.infoFor(event.key);
+        this.sharedPause(info, event.untilMs - this.clock.now(), event.reason, false);
       });
     }
   }
@@ -667,12 +676,20 @@ export class SharedGate {
     call.storeStartAt = d.startAt;
     this.sampleOffset(call.sentAt, now, d.serverNow);
     const localStart = this.toLocal(d.startAt, now, d.serverNow);
-    if (localStart < this.pausedUntil(call.info, now) - PAUSE_SLACK_MS) {
-      // A pause this reservation did not see yet (heard while it was in flight): plan again.
+    const pausedUntil = this.pausedUntil(call.info, now);
+    if (localStart < pausedUntil - PAUSE_SLACK_MS) {
+      // A pause this reservation did not see (heard while it was in flight, or set here while the
+      // store was down): give the slot back and ask again when the pause ends, not at once (the
+      // store would answer the same slot again and again).
       this.passTurn(call, true);
       this.giveBack(d);
       call.reservation = undefined;
-      this.submit(call);
+      if (pausedUntil > call.deadline) {
+        this.refuse(call, deadlineError(call, pausedUntil, call.attempt === 0));
+        return;
+      }
+      call.state = 'retrying';
+      this.enqueueAt(call, pausedUntil);
       return;
     }
     if (localStart <= now) this.startOrReserveAgain(call, localStart, now);
@@ -909,12 +926,7 @@ export class SharedGate {
     this.inFlight--;
     const reservation = call.reservation;
     if (reservation === undefined) return;
-    if (call.hasUntimed) {
-      quietly(
-        () => this.store.refund(reservation, 'untimed'),
-        (error) => this.storeFailed(error),
-      );
-    }
+    if (call.hasUntimed) this.refundUntimed(reservation);
     if (call.recounts) {
       quietly(
         () => this.store.recount(reservation, this.o.arrivalMarginMs),
@@ -1065,10 +1077,32 @@ export class SharedGate {
     this.applyPause(event.pauseId, this.toLocal(event.untilMs, now, event.serverNow), 'shared', undefined);
   }
 
+  /**
+   * Hold the local fallback's calls too: it starts calls while the store is down, and must not
+   * start them inside a pause this gate knows. The fallback has no default-key pause of its own: a
+   * pause of calls without a key holds all of it (more than needed, never less).
+   */
+  private pauseFallback(pauseId: string, untilLocal: number): void {
+    const fallback = this.fallback;
+    if (fallback === undefined) return;
+    const gateWide = this.o.globalCores.length > 0;
+    for (const info of [this.defaultInfo, ...this.keyInfos.values()]) {
+      const i = info.pauseIds.indexOf(pauseId);
+      if (i === -1) continue;
+      // With gate-wide limits every key is a scope of one partition, whose own pause holds them all.
+      if (info.key === undefined || (i === 0 && gateWide)) {
+        fallback.pause(untilLocal, undefined, 'shared');
+        return;
+      }
+      fallback.pause(untilLocal, info.key, 'shared');
+    }
+  }
+
   /** Hold every waiting call the pause covers: give back its reservation and reserve again after it. */
   private applyPause(pauseId: string, untilLocal: number, reason: string, key: string | undefined): void {
     if ((this.localPauses.get(pauseId) ?? 0) >= untilLocal - PAUSE_SLACK_MS) return;
     this.localPauses.set(pauseId, untilLocal);
+    this.pauseFallback(pauseId, untilLocal);
     const held = this.heap
       .entries()
       .filter(
@@ -1101,11 +1135,13 @@ export class SharedGate {
   // --- store failures --------------------------------------------------------------------------------
 
   private storeFailed(error: unknown): void {
-    if (!this.up || this.closed) return;
+    if (!this.up) return;
     this.up = false;
     this.downSince = this.clock.now();
     this.storeDownEvents.emit({ error, policy: this.o.failure });
-    this.probe();
+    // Closing: no recovery to watch for, but the calls still queued take the policy now (not one
+    // command timeout each, in turn).
+    if (!this.closed) this.probe();
     // After the code that noticed the failure has settled its own call.
     queueMicrotask(() => this.failWaiting(error));
   }
@@ -1150,10 +1186,46 @@ export class SharedGate {
           if (this.up || this.closed) return;
           this.up = true;
           this.storeUpEvents.emit({ downForMs: this.clock.now() - this.downSince });
+          this.catchUpStore();
         },
         () => this.probe(),
       );
     }, this.o.recoveryProbeMs);
+  }
+
+  /**
+   * The store answers again: give back the permits of calls that finished while it was down (held
+   * for a lease otherwise, for every process), and write the pauses still in force here (a 429
+   * seen while it was down) so that no process, this one included, starts inside them.
+   */
+  private catchUpStore(): void {
+    const refunds = this.unrefunded;
+    this.unrefunded = [];
+    for (const reservation of refunds) this.refundUntimed(reservation);
+    const now = this.clock.now();
+    const written = new Set<string>();
+    for (const info of [this.defaultInfo, ...this.keyInfos.values()]) {
+      info.pauseIds.forEach((pauseId, i) => {
+        const until = this.localPauses.get(pauseId);
+        if (until === undefined || until <= now || written.has(pauseId)) return;
+        written.add(pauseId);
+        quietly(
+          () => this.store.pauseFor(info.partition, until - now, i === 0 ? '' : info.scope),
+          (error) => this.storeFailed(error),
+        );
+      });
+    }
+  }
+
+  /** Give back a finished call's permits; kept for the store's recovery when it is down. */
+  private refundUntimed(reservation: StoreReservation): void {
+    quietly(
+      () => this.store.refund(reservation, 'untimed'),
+      (error) => {
+        this.unrefunded.push(reservation);
+        this.storeFailed(error);
+      },
+    );
   }
 
   /** The store is down (or failed this call): apply the failure policy. */

@@ -21,16 +21,28 @@ const flush = async () => {
 };
 const ok = (headers: Record<string, string> = {}): Inspection => ({ status: 200, headers });
 
-/** `store`, but `reserve` and `time` throw StoreUnavailableError while `broken` is true. */
+/** `store`, but every command throws StoreUnavailableError while `broken` is true. */
 function flakyStore(store: MemoryStore, broken: boolean) {
-  const outage = { broken, store: Object.create(store) as MemoryStore };
-  outage.store.reserve = (...args: Parameters<MemoryStore['reserve']>) => {
+  const outage = { broken, reserves: 0, store: Object.create(store) as MemoryStore };
+  const down = () => {
     if (outage.broken) throw new StoreUnavailableError('down');
+  };
+  outage.store.reserve = (...args: Parameters<MemoryStore['reserve']>) => {
+    down();
+    outage.reserves++;
     return store.reserve(...args);
   };
   outage.store.time = () => {
-    if (outage.broken) throw new StoreUnavailableError('down');
+    down();
     return store.time();
+  };
+  outage.store.refund = (...args: Parameters<MemoryStore['refund']>) => {
+    down();
+    return store.refund(...args);
+  };
+  outage.store.pauseFor = (...args: Parameters<MemoryStore['pauseFor']>) => {
+    down();
+    return store.pauseFor(...args);
   };
   return outage;
 }
@@ -585,6 +597,147 @@ describe('shared gate on a memory store', () => {
     await Promise.all(refused);
     expect(await now).toBe(4);
     expect(starts).toEqual([0, 200, 400, 1000]);
+  });
+
+  it('a pause set while the store is down holds the fallback, is written to the store when it answers, and costs no busy loop', async () => {
+    const { clock, store } = setup();
+    const outage = flakyStore(store, false);
+    const a = createSharedGate({ store: outage.store, clock, recoveryProbeMs: 100 });
+    const b = createSharedGate({ store, clock });
+    const starts: [string, number][] = [];
+    const stamp = (name: string) => () => starts.push([name, clock.now() - T0]);
+    outage.broken = true;
+    // The first call meets the outage and goes to the fallback; then a pause until +2,500 ms.
+    const first = a.schedule(stamp('first'));
+    await flush();
+    a.pauseFor(2_500);
+    const during = a.schedule(stamp('during'));
+    clock.advance(800);
+    await flush();
+    outage.broken = false;
+    clock.advance(100);
+    await flush();
+    expect(a.stats().storeUp).toBe(true);
+    const reservesBefore = outage.reserves;
+    const after = a.schedule(stamp('after'));
+    const otherProcess = b.schedule(stamp('other process'));
+    for (let t = 0; t < 30; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    await Promise.all([first, during, after, otherProcess]);
+    expect(starts[0]).toEqual(['first', 0]);
+    expect(starts.map(([name]) => name).sort()).toEqual(['after', 'during', 'first', 'other process']);
+    for (const [name, at] of starts.slice(1)) expect(at, name).toBeGreaterThanOrEqual(2_500);
+    // A few reservations for the call after recovery, not one per turn of the event loop.
+    expect(outage.reserves - reservesBefore).toBeLessThan(10);
+    await Promise.all([a.close(), b.close()]);
+  });
+
+  it('a 429 answered through the fallback pauses this gate and, once the store answers, the others', async () => {
+    const { clock, store } = setup();
+    const outage = flakyStore(store, true);
+    const a = createSharedGate({ store: outage.store, clock, recoveryProbeMs: 100 });
+    const b = createSharedGate({ store, clock });
+    const starts: [string, number][] = [];
+    const stamp = (name: string) => () => starts.push([name, clock.now() - T0]);
+    let answered429 = false;
+    const throttled = a.schedule(stamp('throttled'), {
+      inspect: () => {
+        if (answered429) return ok();
+        answered429 = true;
+        return { status: 429, headers: { 'retry-after': '3' } };
+      },
+    });
+    await flush();
+    expect(a.stats().fallbackCalls).toBe(1);
+    clock.advance(500);
+    await flush();
+    outage.broken = false;
+    clock.advance(100);
+    await flush();
+    expect(a.stats().storeUp).toBe(true);
+    const after = a.schedule(stamp('after'));
+    const otherProcess = b.schedule(stamp('other process'));
+    for (let t = 0; t < 40; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    await Promise.all([throttled, after, otherProcess]);
+    expect(starts[0]).toEqual(['throttled', 0]);
+    expect(starts.map(([name]) => name).sort()).toEqual(['after', 'other process', 'throttled', 'throttled']);
+    for (const [name, at] of starts.slice(1)) expect(at, name).toBeGreaterThanOrEqual(3_000);
+    await Promise.all([a.close(), b.close()]);
+  });
+
+  it('permits of calls that finish while the store is down are given back when it answers', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    const outage = flakyStore(store, false);
+    const limits = [{ algorithm: 'concurrency', limit: 2 }] as const;
+    const a = createSharedGate({ store: outage.store, clock, limits, recoveryProbeMs: 100 });
+    const b = createSharedGate({ store, clock, limits });
+    const finish: (() => void)[] = [];
+    const running = [0, 1].map(() => a.schedule(() => new Promise<void>((resolve) => finish.push(resolve))));
+    await flush();
+    expect(finish).toHaveLength(2);
+    outage.broken = true;
+    for (const done of finish) done();
+    await Promise.all(running);
+    await flush();
+    outage.broken = false;
+    clock.advance(100);
+    await flush();
+    expect(a.stats().storeUp).toBe(true);
+    // Another process gets both permits at once (not after the lease of the lost refunds).
+    expect(await Promise.all([0, 1].map((i) => b.schedule(() => i, { maxQueueTimeMs: 0 })))).toEqual([0, 1]);
+    await Promise.all([a.close(), b.close()]);
+  });
+
+  it('an outage noticed while closing fails the queued calls over at once, not one command timeout each', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    let hanging = false;
+    // A store that stops answering: each command fails after 1 s (its command timeout).
+    const slow = Object.create(store) as Store;
+    slow.reserve = (...args: Parameters<Store['reserve']>) => {
+      if (!hanging) return store.reserve(...args);
+      return new Promise((_, reject) =>
+        clock.setTimeout(() => reject(new StoreUnavailableError('no answer within 1000 ms')), 1_000),
+      );
+    };
+    slow.time = slow.reserve as never;
+    const gate = createSharedGate({
+      store: slow,
+      clock,
+      failure: 'fail-closed',
+      limits: [{ algorithm: 'sliding-log', limit: 1, intervalMs: 100 }],
+      maxQueueTimeMs: 60_000,
+      // Window calls then ask the store in turns, each when its slot comes.
+      arrivalMarginMs: 20,
+    });
+    const outcomes: string[] = [];
+    const calls = Array.from({ length: 6 }, (_, i) =>
+      gate
+        .schedule(() => i)
+        .then(
+          () => outcomes.push('ok'),
+          (error: Error) => outcomes.push(error.constructor.name),
+        ),
+    );
+    await flush();
+    hanging = true;
+    const closed = gate.close();
+    for (let t = 0; t < 100 && outcomes.length < 6; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    await Promise.all(calls);
+    await closed;
+    expect(outcomes[0]).toBe('ok');
+    expect(outcomes.slice(1)).toEqual(Array(5).fill('StoreUnavailableError'));
+    // One command timeout and a few turns, not five timeouts in a row.
+    expect(clock.now() - T0).toBeLessThanOrEqual(2_000);
   });
 
   it('a margined token bucket still admits a cost of its whole burst, later, and refuses burst + 1', async () => {
