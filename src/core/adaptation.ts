@@ -123,11 +123,19 @@ export function verdictFor(
   return { kind: 'retry', pauseUntil: now + delayMs, delayMs };
 }
 
+/**
+ * The longest window a limit is learned over: a day (daily quotas are stated so). A longer one is
+ * a quota a budget should hold, or garbage (`w=9007199254740`, 285,000 years): learned, it would
+ * hold every call after the first `limit` for that long.
+ */
+export const maxLearnedWindowMs = 86_400_000;
+
 /** A limit learned from a policy that states both its size and its window. */
 export function learnedSpec(policy: RateLimitPolicy): LimitSpec | undefined {
   if (policy.limit === undefined || policy.windowMs === undefined) return undefined;
   // A window shorter than the shortest interval a limit accepts is not a limit we can keep.
   if (policy.limit < 1 || policy.windowMs < minIntervalMs) return undefined;
+  if (policy.windowMs > maxLearnedWindowMs) return undefined;
   // A sliding log: "never more than limit in any window", exactly what the provider states.
   return { algorithm: 'sliding-log', limit: policy.limit, intervalMs: policy.windowMs, unit: policy.unit };
 }

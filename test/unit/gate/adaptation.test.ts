@@ -278,6 +278,29 @@ describe('gate adaptation: remaining and reset', () => {
     expect(api.sent.map((s) => s.at - T0)).toEqual([0, 60_000, 60_000, 60_000]);
   });
 
+  it('learns no window longer than a day: a hostile w=9007199254740 holds no call for ages', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    // One left until the provider's reset in 1 s; a policy of 1 per 285,000 years.
+    const api = provider(clock, () => ({
+      status: 200,
+      headers: { 'ratelimit-policy': '"p";q=1;w=9007199254740', ratelimit: '"p";r=1;t=1' },
+    }));
+    const first = api.call('api');
+    await gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+    expect(gate.stats('api').partition.adaptive.filter((l) => l.algorithm === 'sliding-log')).toEqual([]);
+    const rest = Array.from({ length: 2 }, () => {
+      const c = api.call('api');
+      return gate.schedule(c.fn, { key: 'api', inspect: c.inspect });
+    });
+    for (let s = 0; s < 20; s++) {
+      await flush();
+      clock.advance(100);
+    }
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0, 0, 1000]);
+    await Promise.all(rest);
+  });
+
   it('learns the tightest of the policies a response states over one window', async () => {
     const clock = new ManualClock(T0);
     const gate = createGate({ clock });
