@@ -595,8 +595,15 @@ export class SharedGate {
       return;
     }
     if (call.recounts && !this.mayAsk(call)) return;
-    call.state = 'reserving';
     const now = this.clock.now();
+    // A paused call asks the store when the pause ends: reserved now, it would take its slot of the
+    // gate-wide limits at the pause's end, and every other key's calls would queue behind it.
+    const pausedUntil = this.pausedUntil(call.info, now);
+    if (pausedUntil > now + PAUSE_SLACK_MS) {
+      this.waitForPause(call, pausedUntil);
+      return;
+    }
+    call.state = 'reserving';
     call.sentAt = now;
     let decision: MaybePromise<StoreDecision>;
     // A call on a window limit reserves only a start that has come (within lateToleranceMs), and
@@ -681,15 +688,9 @@ export class SharedGate {
       // A pause this reservation did not see (heard while it was in flight, or set here while the
       // store was down): give the slot back and ask again when the pause ends, not at once (the
       // store would answer the same slot again and again).
-      this.passTurn(call, true);
       this.giveBack(d);
       call.reservation = undefined;
-      if (pausedUntil > call.deadline) {
-        this.refuse(call, deadlineError(call, pausedUntil, call.attempt === 0));
-        return;
-      }
-      call.state = 'retrying';
-      this.enqueueAt(call, pausedUntil);
+      this.waitForPause(call, pausedUntil);
       return;
     }
     if (localStart <= now) this.startOrReserveAgain(call, localStart, now);
@@ -828,6 +829,17 @@ export class SharedGate {
       if (waiting.state !== 'done' && waiting.deadline < at)
         this.refuse(waiting, deadlineError(waiting, at, waiting.attempt === 0));
     }
+  }
+
+  /** A call inside a pause asks the store again when it ends (or is refused if that is too late). */
+  private waitForPause(call: SharedCall, until: number): void {
+    this.passTurn(call, false);
+    if (until > call.deadline) {
+      this.refuse(call, deadlineError(call, until, call.attempt === 0));
+      return;
+    }
+    call.state = 'retrying';
+    this.enqueueAt(call, until);
   }
 
   /** `call` is reserved (`admitted`), refused or gone to the failure policy: its turn passes on. */
@@ -1122,14 +1134,8 @@ export class SharedGate {
       call.reservation = undefined;
     }
     this.arm();
-    for (let i = held.length - 1; i >= 0; i--) {
-      const call = held[i]!;
-      if (untilLocal > call.deadline) {
-        this.refuse(call, deadlineError(call, untilLocal, false));
-        continue;
-      }
-      this.submit(call);
-    }
+    // Each asks the store again when the pause ends (see submit).
+    for (let i = held.length - 1; i >= 0; i--) this.waitForPause(held[i]!, untilLocal);
   }
 
   // --- store failures --------------------------------------------------------------------------------

@@ -599,6 +599,39 @@ describe('shared gate on a memory store', () => {
     expect(starts).toEqual([0, 200, 400, 1000]);
   });
 
+  it('a 429 on one key does not hold the other keys behind the gate-wide limit', async () => {
+    const { clock, store } = setup();
+    const gate = createSharedGate({
+      store,
+      clock,
+      limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+      perKey: [{ algorithm: 'leaky-bucket', limit: 100, intervalMs: 1000 }],
+    });
+    const starts: [string, number][] = [];
+    let throttled = false;
+    const inspect = (): Inspection => {
+      if (throttled) return ok();
+      throttled = true;
+      return { status: 429, headers: { 'retry-after': '2' } };
+    };
+    const k1 = [0, 1, 2].map(() =>
+      gate.schedule(() => starts.push(['k1', clock.now() - T0]), { key: 'k1', inspect }),
+    );
+    await flush();
+    // k1 is paused until +2,000 ms; k2's calls come now.
+    const k2 = [0, 1, 2].map(() => gate.schedule(() => starts.push(['k2', clock.now() - T0]), { key: 'k2' }));
+    for (let t = 0; t < 40; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    await Promise.all([...k1, ...k2]);
+    const k2Starts = starts.filter(([key]) => key === 'k2').map(([, at]) => at);
+    expect(k2Starts).toHaveLength(3);
+    expect(Math.max(...k2Starts)).toBeLessThan(1_000);
+    for (const [key, at] of starts.slice(1)) if (key === 'k1') expect(at).toBeGreaterThanOrEqual(2_000);
+    await gate.close();
+  });
+
   it('a pause set while the store is down holds the fallback, is written to the store when it answers, and costs no busy loop', async () => {
     const { clock, store } = setup();
     const outage = flakyStore(store, false);
