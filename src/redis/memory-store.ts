@@ -153,7 +153,7 @@ let nextId = 0;
  */
 export class MemoryStore implements Store {
   private readonly clock: Pick<Clock, 'now'>;
-  private readonly learnedTtlMs: number;
+  readonly learnedTtlMs: number;
   private readonly partitions = new Map<string, PartitionState>();
   private readonly listeners = new Set<(event: StorePauseEvent) => void>();
 

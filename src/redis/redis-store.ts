@@ -269,7 +269,7 @@ export class RedisStore implements Store {
   private readonly runner: CommandRunner;
   private readonly ownsClient: boolean;
   private readonly concurrencyLeaseMs: string;
-  private readonly learnedTtlMs: number;
+  readonly learnedTtlMs: number;
   private readonly minTtlMs: string;
   private readonly digests = new DigestCache();
   private readonly listeners = new Set<(event: StorePauseEvent) => void>();

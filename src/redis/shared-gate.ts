@@ -1027,12 +1027,20 @@ export class SharedGate {
   private learnFrom(info: KeyInfo, observation: RateLimitObservation, status: number, now: number): void {
     const adapt = this.adapt as AdaptOptions;
     if (adapt.learn) {
+      // Learned limits live learnedTtlMs in the store unless learned again: re-sent well within it.
+      const refreshMs = Math.min(LEARN_REFRESH_MS, (this.store.learnedTtlMs ?? Infinity) / 2);
       for (const { policy, spec } of learnedPolicies(observation)) {
-        if (this.allCores.some((core) => isAtLeastAsTight(core, spec))) continue;
         const id = `${spec.unit}|${spec.intervalMs}`;
+        const last = info.learned?.get(id);
+        // A limit a configured one already holds is not shared, unless it replaces a tighter one
+        // learned before (10/s, then 100/s with 50/s configured: the store must not keep 10).
+        if (
+          this.allCores.some((core) => isAtLeastAsTight(core, spec)) &&
+          (last === undefined || last.limit === spec.limit)
+        )
+          continue;
         info.learned ??= new Map();
-        const last = info.learned.get(id);
-        if (last !== undefined && last.limit === spec.limit && now - last.at < LEARN_REFRESH_MS) continue;
+        if (last !== undefined && last.limit === spec.limit && now - last.at < refreshMs) continue;
         info.learned.set(id, { limit: spec.limit, at: now });
         // What the provider counts as used in its window is seeded into the shared limit, from the
         // start of that window (so it leaves at the provider's reset).

@@ -172,6 +172,8 @@ export interface Store {
    * too. Answers true when it was new or changed.
    */
   learn(partition: string, spec: LimitSpec, options?: LearnOptions): MaybePromise<boolean>;
+  /** How long a learned limit lasts unless learned again (ms); a gate re-learns well within it. */
+  readonly learnedTtlMs?: number;
   /** The store's clock (ms); for Redis one round trip (a health probe). */
   time(): MaybePromise<number>;
   /** Release connections the store opened (not a client passed in). */

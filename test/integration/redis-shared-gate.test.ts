@@ -599,6 +599,36 @@ describe('shared gate on a memory store', () => {
     expect(starts).toEqual([0, 200, 400, 1000]);
   });
 
+  it('a learned limit is learned again within the store learnedTtlMs, and a looser one replaces a tighter one', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock, learnedTtlMs: 2_000 });
+    const learned: number[] = [];
+    const learn = store.learn.bind(store);
+    store.learn = (partition, spec, options) => {
+      learned.push(spec.limit);
+      return learn(partition, spec, options);
+    };
+    const gate = createSharedGate({
+      store,
+      clock,
+      limits: [{ algorithm: 'leaky-bucket', limit: 50, intervalMs: 1000 }],
+    });
+    const stating = (q: number) => (): Inspection =>
+      ok({ 'ratelimit-policy': `"p";q=${q};w=1`, ratelimit: `"p";r=${q - 1};t=1` });
+    // The provider keeps stating 10 per second for 3 s: learned again before each 2 s expiry.
+    for (let t = 0; t < 30; t++) {
+      await gate.schedule(() => t, { inspect: stating(10) });
+      clock.advance(100);
+      await flush();
+    }
+    expect(learned.length).toBeGreaterThanOrEqual(3);
+    expect(new Set(learned)).toEqual(new Set([10]));
+    // Then 100 per second, looser than the configured 50: it replaces the 10 in the store.
+    await gate.schedule(() => 'looser', { inspect: stating(100) });
+    expect(learned.at(-1)).toBe(100);
+    await gate.close();
+  });
+
   it('a 429 on one key does not hold the other keys behind the gate-wide limit', async () => {
     const { clock, store } = setup();
     const gate = createSharedGate({
