@@ -9,6 +9,7 @@ import {
   seedAgeMs,
   verdictFor,
 } from '../core/adaptation.js';
+import { createLimit } from '../core/create-limit.js';
 import type { LimitCore } from '../core/limit.js';
 import { countsWindow } from '../core/recount.js';
 import {
@@ -186,6 +187,8 @@ interface SharedCall extends HeapEntry {
   sentAt: number;
   /** Times this call gave back a slot it reached too late. */
   lateReserves: number;
+  /** Called when the call finishes (the fallback's stand-in for it then gives its permits back). */
+  onReleased: (() => void) | undefined;
 }
 
 let seq = 0;
@@ -259,6 +262,13 @@ export class SharedGate {
   private offsetAt = 0;
   private readonly disposePauses: () => void;
   private fallback: Gate | undefined = undefined;
+  /** The fallback's share of the gate-wide and per-key limits (its capacities, for `catchUpStore`). */
+  private fallbackCores: { readonly global: readonly LimitCore[]; readonly key: readonly LimitCore[] } = {
+    global: [],
+    key: [],
+  };
+  /** Calls running on a store reservation: the fallback counts them when the store goes down. */
+  private readonly runningViaStore = new Set<SharedCall>();
   private fallbackCalls = 0;
   private lateReserves = 0;
   private up = true;
@@ -319,9 +329,15 @@ export class SharedGate {
     if (o.failure === 'local') {
       // The fallback applies the same arrival margin to its share of each configured limit.
       const scale = (cores: readonly LimitCore[]) => cores.map((core) => shareOf(core, o.localShare));
+      const global = scale(o.globalCores);
+      const perKey = scale(o.keyCores);
+      this.fallbackCores = {
+        global: global.map((spec) => createLimit(spec)),
+        key: perKey.map((spec) => createLimit(spec)),
+      };
       this.fallback = createGate({
-        limits: scale(o.globalCores),
-        perKey: scale(o.keyCores),
+        limits: global,
+        perKey,
         maxQueue: o.maxQueue,
         clock: o.clock,
         arrivalMarginMs: o.arrivalMarginMs,
@@ -389,6 +405,7 @@ export class SharedGate {
         lateMatters: !recounts || info.buckets.some((i) => costs[i] !== 0),
         turn: false,
         onAbort: undefined,
+        onReleased: undefined,
         resolve,
         reject,
         budget: undefined,
@@ -908,6 +925,7 @@ export class SharedGate {
   private run(call: SharedCall): void {
     this.started++;
     this.inFlight++;
+    if (call.reservation !== undefined) this.runningViaStore.add(call);
     call.attempt++;
     let result: Promise<unknown>;
     try {
@@ -936,6 +954,8 @@ export class SharedGate {
    */
   private released(call: SharedCall): void {
     this.inFlight--;
+    this.runningViaStore.delete(call);
+    call.onReleased?.();
     const reservation = call.reservation;
     if (reservation === undefined) return;
     if (call.hasUntimed) this.refundUntimed(reservation);
@@ -1156,6 +1176,7 @@ export class SharedGate {
     // Closing: no recovery to watch for, but the calls still queued take the policy now (not one
     // command timeout each, in turn).
     if (!this.closed) this.probe();
+    this.countRunningInFallback();
     // After the code that noticed the failure has settled its own call.
     queueMicrotask(() => this.failWaiting(error));
   }
@@ -1208,11 +1229,59 @@ export class SharedGate {
   }
 
   /**
+   * The fallback starts from nothing, but this process's calls running on store reservations still
+   * hold their share of the limits: each gets a stand-in in the fallback, first in line, that holds
+   * its place (and its permits) until the call finishes.
+   */
+  private countRunningInFallback(): void {
+    const fallback = this.fallback;
+    if (fallback === undefined) return;
+    for (const call of this.runningViaStore) {
+      const finished = new Promise<void>((resolve) => {
+        call.onReleased = resolve;
+      });
+      const options: ScheduleOptions = {
+        priority: Number.MAX_SAFE_INTEGER,
+        ...(call.info.key === undefined ? {} : { key: call.info.key }),
+        ...(call.cost === undefined ? {} : { cost: call.cost }),
+      };
+      fallback.schedule(() => finished, options).catch(() => {});
+    }
+  }
+
+  /**
+   * The store answers again, but it has not counted what the fallback started: each limit's units
+   * the fallback has taken (its share's capacity less what it has left) are taken in the store now,
+   * so the calls that follow leave room for them.
+   */
+  private chargeFallbackUsage(): void {
+    const fallback = this.fallback;
+    if (fallback === undefined) return;
+    const used = (cores: readonly LimitCore[], stats: readonly { available: number }[]) =>
+      cores.map((core, i) =>
+        core.timed ? Math.max(0, Math.ceil(core.capacity - (stats[i]?.available ?? core.capacity))) : 0,
+      );
+    const global = used(this.fallbackCores.global, fallback.stats().limits);
+    const infos = [this.defaultInfo, ...this.keyInfos.values()];
+    infos.forEach((info, n) => {
+      const keyUsed = used(this.fallbackCores.key, fallback.stats(info.key).partition.limits);
+      // The gate-wide levels once (with the first key), every key's own levels.
+      const costs = [...(n === 0 ? global : global.map(() => 0)), ...keyUsed];
+      if (costs.length !== info.levels.length || costs.every((c) => c === 0)) return;
+      quietly(
+        () => this.store.reserve(info.partition, info.levels, costs, Infinity, { scope: info.scope }),
+        (error) => this.storeFailed(error),
+      );
+    });
+  }
+
+  /**
    * The store answers again: give back the permits of calls that finished while it was down (held
    * for a lease otherwise, for every process), and write the pauses still in force here (a 429
    * seen while it was down) so that no process, this one included, starts inside them.
    */
   private catchUpStore(): void {
+    this.chargeFallbackUsage();
     const refunds = this.unrefunded;
     this.unrefunded = [];
     for (const reservation of refunds) this.refundUntimed(reservation);
@@ -1270,6 +1339,19 @@ export class SharedGate {
     this.toFallback(call);
   }
 
+  /** Take a fallback call's units (not its permits) in the store, whenever the store places them. */
+  private chargeStore(call: SharedCall): void {
+    const costs = call.costs.map((cost, i) => (call.info.untimed.includes(i) ? 0 : cost));
+    if (costs.every((c) => c === 0)) return;
+    quietly(
+      () =>
+        this.store.reserve(call.info.partition, call.info.levels, costs, Infinity, {
+          scope: call.info.scope,
+        }),
+      (error) => this.storeFailed(error),
+    );
+  }
+
   /** `local`: the call goes through the in-memory gate holding `localShare` of the quota. */
   private toFallback(call: SharedCall): void {
     call.state = 'running';
@@ -1281,6 +1363,8 @@ export class SharedGate {
     let seen: Inspection | undefined;
     const fn = () => {
       sent = true;
+      // Started by the fallback after the store came back: counted there too.
+      if (this.up) this.chargeStore(call);
       return call.fn();
     };
     const inspect = call.inspect;

@@ -733,6 +733,89 @@ describe('shared gate on a memory store', () => {
     await Promise.all([a.close(), b.close()]);
   });
 
+  it('the fallback counts the calls still running on store reservations when the store goes down', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    const outage = flakyStore(store, false);
+    const gate = createSharedGate({
+      store: outage.store,
+      clock,
+      limits: [{ algorithm: 'concurrency', limit: 2 }],
+      localShare: 0.5,
+      recoveryProbeMs: 60_000,
+    });
+    let running = 0;
+    let peak = 0;
+    const finish: (() => void)[] = [];
+    const call = (name: string) =>
+      gate.schedule(() => {
+        running++;
+        peak = Math.max(peak, running);
+        return new Promise<string>((resolve) =>
+          finish.push(() => {
+            running--;
+            resolve(name);
+          }),
+        );
+      });
+    const first = [call('a'), call('b')];
+    await flush();
+    expect(running).toBe(2);
+    outage.broken = true;
+    // The store is down: this call goes to the fallback (1 permit), which waits for a and b.
+    const late = call('c');
+    await flush();
+    expect(gate.stats().storeUp).toBe(false);
+    expect(running).toBe(2);
+    finish.shift()!();
+    await flush();
+    expect(running).toBe(1);
+    finish.shift()!();
+    await flush();
+    expect(running).toBe(1);
+    finish.shift()!();
+    expect(await Promise.all([...first, late])).toEqual(['a', 'b', 'c']);
+    expect(peak).toBe(2);
+    await gate.close();
+  });
+
+  it('what the fallback started is counted in the store when it answers again', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    const outage = flakyStore(store, true);
+    const gate = createSharedGate({
+      store: outage.store,
+      clock,
+      limits: [{ algorithm: 'fixed-window', limit: 10, intervalMs: 1000 }],
+      localShare: 0.5,
+      recoveryProbeMs: 100,
+    });
+    const starts: number[] = [];
+    const stamp = () => starts.push(clock.now() - T0);
+    // Down: the fallback starts its 5 of this second; 3 wait for the next.
+    const during = Array.from({ length: 8 }, () => gate.schedule(stamp));
+    await flush();
+    clock.advance(100);
+    outage.broken = false;
+    clock.advance(100);
+    await flush();
+    expect(gate.stats().storeUp).toBe(true);
+    // Back: 10 more calls through the store.
+    const after = Array.from({ length: 10 }, () => gate.schedule(stamp));
+    for (let t = 0; t < 40; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    await Promise.all([...during, ...after]);
+    expect(starts).toHaveLength(18);
+    // Never more than 10 in one of the provider's seconds.
+    const perSecond = new Map<number, number>();
+    for (const at of starts)
+      perSecond.set(Math.floor(at / 1000), (perSecond.get(Math.floor(at / 1000)) ?? 0) + 1);
+    expect(Math.max(...perSecond.values())).toBeLessThanOrEqual(10);
+    await gate.close();
+  });
+
   it('permits of calls that finish while the store is down are given back when it answers', async () => {
     const clock = new ManualClock(T0);
     const store = new MemoryStore({ clock });
