@@ -1238,7 +1238,12 @@ export class SharedGate {
     if (fallback === undefined) return;
     for (const call of this.runningViaStore) {
       const finished = new Promise<void>((resolve) => {
-        call.onReleased = resolve;
+        // A second outage while it still runs: both stand-ins end with it.
+        const before = call.onReleased;
+        call.onReleased = () => {
+          before?.();
+          resolve();
+        };
       });
       const options: ScheduleOptions = {
         priority: Number.MAX_SAFE_INTEGER,

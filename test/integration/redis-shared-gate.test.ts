@@ -779,6 +779,45 @@ describe('shared gate on a memory store', () => {
     await gate.close();
   });
 
+  it('a call running through two outages frees the fallback of both stand-ins when it finishes', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    const outage = flakyStore(store, false);
+    const gate = createSharedGate({
+      store: outage.store,
+      clock,
+      limits: [{ algorithm: 'concurrency', limit: 2 }],
+      localShare: 0.5,
+      recoveryProbeMs: 100,
+    });
+    let finish!: () => void;
+    const long = gate.schedule(() => new Promise<void>((resolve) => (finish = resolve)));
+    await flush();
+    for (let n = 0; n < 2; n++) {
+      outage.broken = true;
+      // A call meets the outage (the fallback's one permit is the stand-in's): it waits, then is
+      // refused at its deadline.
+      const refused = expect(gate.schedule(() => 'x', { maxQueueTimeMs: 50 })).rejects.toBeInstanceOf(
+        QueueTimeoutError,
+      );
+      await flush();
+      clock.advance(50);
+      await flush();
+      await refused;
+      outage.broken = false;
+      clock.advance(100);
+      await flush();
+      expect(gate.stats().storeUp).toBe(true);
+    }
+    outage.broken = true;
+    finish();
+    await long;
+    await flush();
+    // Down again after it finished: the fallback's permit is free.
+    expect(await gate.schedule(() => 'after', { maxQueueTimeMs: 0 })).toBe('after');
+    await gate.close();
+  });
+
   it('what the fallback started is counted in the store when it answers again', async () => {
     const clock = new ManualClock(T0);
     const store = new MemoryStore({ clock });
