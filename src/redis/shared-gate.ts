@@ -189,6 +189,8 @@ interface SharedCall extends HeapEntry {
   lateReserves: number;
   /** Called when the call finishes (the fallback's stand-in for it then gives its permits back). */
   onReleased: (() => void) | undefined;
+  /** Its index in `runningViaStore`, -1 when not there. */
+  runningIndex: number;
 }
 
 let seq = 0;
@@ -267,8 +269,12 @@ export class SharedGate {
     global: [],
     key: [],
   };
-  /** Calls running on a store reservation: the fallback counts them when the store goes down. */
-  private readonly runningViaStore = new Set<SharedCall>();
+  /**
+   * Calls running on a store reservation, for the fallback to count when the store goes down. An
+   * array with swap-removal (each call knows its index): a Set churned 20,000 times a second
+   * tripled the shared gate's p99 at 1 ms ticks (bench/redis.ts, 1.0 -> 4.3 ms).
+   */
+  private readonly runningViaStore: SharedCall[] = [];
   private fallbackCalls = 0;
   private lateReserves = 0;
   private up = true;
@@ -406,6 +412,7 @@ export class SharedGate {
         turn: false,
         onAbort: undefined,
         onReleased: undefined,
+        runningIndex: -1,
         resolve,
         reject,
         budget: undefined,
@@ -925,7 +932,10 @@ export class SharedGate {
   private run(call: SharedCall): void {
     this.started++;
     this.inFlight++;
-    if (call.reservation !== undefined) this.runningViaStore.add(call);
+    if (call.reservation !== undefined) {
+      call.runningIndex = this.runningViaStore.length;
+      this.runningViaStore.push(call);
+    }
     call.attempt++;
     let result: Promise<unknown>;
     try {
@@ -954,7 +964,14 @@ export class SharedGate {
    */
   private released(call: SharedCall): void {
     this.inFlight--;
-    this.runningViaStore.delete(call);
+    if (call.runningIndex !== -1) {
+      const last = this.runningViaStore.pop()!;
+      if (last !== call) {
+        this.runningViaStore[call.runningIndex] = last;
+        last.runningIndex = call.runningIndex;
+      }
+      call.runningIndex = -1;
+    }
     call.onReleased?.();
     const reservation = call.reservation;
     if (reservation === undefined) return;
