@@ -10,6 +10,7 @@ import { AsyncBudgetGuard } from '../../src/redis/async-budget-guard.js';
 import { asyncLedger } from '../../src/redis/async-ledger.js';
 import { MemoryStore } from '../../src/redis/memory-store.js';
 import { createSharedGate, type SharedGate } from '../../src/redis/shared-gate.js';
+import type { SharedGateOptions } from '../../src/redis/shared-gate-options.js';
 import type { Store } from '../../src/redis/store.js';
 import { startSimulatedApi } from '../../src/testing/simulated-api.js';
 import { ManualClock } from '../helpers/manual-clock.js';
@@ -45,6 +46,19 @@ function flakyStore(store: MemoryStore, broken: boolean) {
     return store.pauseFor(...args);
   };
   return outage;
+}
+
+/**
+ * A gate whose store fails while `outage.broken` (a process whose Redis goes away), on a manual
+ * clock; `other` makes another process's gate on the same store, which stays up.
+ */
+function outageSetup(broken: boolean, options: Partial<SharedGateOptions> = {}) {
+  const clock = new ManualClock(T0);
+  const store = new MemoryStore({ clock });
+  const outage = flakyStore(store, broken);
+  const gate = createSharedGate({ store: outage.store, clock, recoveryProbeMs: 100, ...options });
+  const other = (extra: Partial<SharedGateOptions> = {}) => createSharedGate({ store, clock, ...extra });
+  return { clock, outage, gate, other };
 }
 
 function setup() {
@@ -663,10 +677,8 @@ describe('shared gate on a memory store', () => {
   });
 
   it('a pause set while the store is down holds the fallback, is written to the store when it answers, and costs no busy loop', async () => {
-    const { clock, store } = setup();
-    const outage = flakyStore(store, false);
-    const a = createSharedGate({ store: outage.store, clock, recoveryProbeMs: 100 });
-    const b = createSharedGate({ store, clock });
+    const { clock, outage, gate: a, other } = outageSetup(false);
+    const b = other();
     const starts: [string, number][] = [];
     const stamp = (name: string) => () => starts.push([name, clock.now() - T0]);
     outage.broken = true;
@@ -698,10 +710,8 @@ describe('shared gate on a memory store', () => {
   });
 
   it('a 429 answered through the fallback pauses this gate and, once the store answers, the others', async () => {
-    const { clock, store } = setup();
-    const outage = flakyStore(store, true);
-    const a = createSharedGate({ store: outage.store, clock, recoveryProbeMs: 100 });
-    const b = createSharedGate({ store, clock });
+    const { clock, outage, gate: a, other } = outageSetup(true);
+    const b = other();
     const starts: [string, number][] = [];
     const stamp = (name: string) => () => starts.push([name, clock.now() - T0]);
     let answered429 = false;
@@ -734,12 +744,7 @@ describe('shared gate on a memory store', () => {
   });
 
   it('the fallback counts the calls still running on store reservations when the store goes down', async () => {
-    const clock = new ManualClock(T0);
-    const store = new MemoryStore({ clock });
-    const outage = flakyStore(store, false);
-    const gate = createSharedGate({
-      store: outage.store,
-      clock,
+    const { outage, gate } = outageSetup(false, {
       limits: [{ algorithm: 'concurrency', limit: 2 }],
       localShare: 0.5,
       recoveryProbeMs: 60_000,
@@ -780,15 +785,9 @@ describe('shared gate on a memory store', () => {
   });
 
   it('a call running through two outages frees the fallback of both stand-ins when it finishes', async () => {
-    const clock = new ManualClock(T0);
-    const store = new MemoryStore({ clock });
-    const outage = flakyStore(store, false);
-    const gate = createSharedGate({
-      store: outage.store,
-      clock,
+    const { clock, outage, gate } = outageSetup(false, {
       limits: [{ algorithm: 'concurrency', limit: 2 }],
       localShare: 0.5,
-      recoveryProbeMs: 100,
     });
     let finish!: () => void;
     const long = gate.schedule(() => new Promise<void>((resolve) => (finish = resolve)));
@@ -819,15 +818,9 @@ describe('shared gate on a memory store', () => {
   });
 
   it('what the fallback started is counted in the store when it answers again', async () => {
-    const clock = new ManualClock(T0);
-    const store = new MemoryStore({ clock });
-    const outage = flakyStore(store, true);
-    const gate = createSharedGate({
-      store: outage.store,
-      clock,
+    const { clock, outage, gate } = outageSetup(true, {
       limits: [{ algorithm: 'fixed-window', limit: 10, intervalMs: 1000 }],
       localShare: 0.5,
-      recoveryProbeMs: 100,
     });
     const starts: number[] = [];
     const stamp = () => starts.push(clock.now() - T0);
@@ -856,12 +849,9 @@ describe('shared gate on a memory store', () => {
   });
 
   it('permits of calls that finish while the store is down are given back when it answers', async () => {
-    const clock = new ManualClock(T0);
-    const store = new MemoryStore({ clock });
-    const outage = flakyStore(store, false);
     const limits = [{ algorithm: 'concurrency', limit: 2 }] as const;
-    const a = createSharedGate({ store: outage.store, clock, limits, recoveryProbeMs: 100 });
-    const b = createSharedGate({ store, clock, limits });
+    const { clock, outage, gate: a, other } = outageSetup(false, { limits });
+    const b = other({ limits });
     const finish: (() => void)[] = [];
     const running = [0, 1].map(() => a.schedule(() => new Promise<void>((resolve) => finish.push(resolve))));
     await flush();
