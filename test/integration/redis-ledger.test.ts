@@ -50,6 +50,16 @@ describe.skipIf(skip !== false)('Redis ledger keys', () => {
     for (const ledger of ledgers) await ledger.close();
     admin?.disconnect();
   });
+  /** An entry of budget 'roll': 10,000 micros per rolling minute, at `at`. */
+  const rolling = (at: number, estimateMicros: number, expiresAt = at + 600_000) => ({
+    budgetId: 'roll',
+    windowStart: at - 60_000,
+    windowEnd: at,
+    rollingMs: 60_000,
+    limitMicros: 10_000,
+    estimateMicros,
+    expiresAt,
+  });
   /** A ledger of its own (its own hash tag), closed after the suite. */
   const ledgerAt = (keyPrefix: string) => {
     const ledger = new RedisLedger({ redis: REDIS_URL, keyPrefix });
@@ -72,15 +82,6 @@ describe.skipIf(skip !== false)('Redis ledger keys', () => {
   it('holds written before the hold indexes existed are indexed when next read: expired ones count, old ones leave', async () => {
     const keyPrefix = `${prefix}-legacy`;
     const ledger = ledgerAt(keyPrefix);
-    const rolling = (at: number, estimateMicros: number, expiresAt: number) => ({
-      budgetId: 'roll',
-      windowStart: at - 60_000,
-      windowEnd: at,
-      rollingMs: 60_000,
-      limitMicros: 10_000,
-      estimateMicros,
-      expiresAt,
-    });
     const t = now;
     for (let i = 0; i < 4; i++) {
       const r = await ledger.reserve(
@@ -135,15 +136,6 @@ describe.skipIf(skip !== false)('Redis ledger keys', () => {
       );
     };
     const t = now;
-    const rolling = (at: number, estimateMicros: number) => ({
-      budgetId: 'roll',
-      windowStart: at - 60_000,
-      windowEnd: at,
-      rollingMs: 60_000,
-      limitMicros: 10_000,
-      estimateMicros,
-      expiresAt: at + 600_000,
-    });
     const a = await ledger.reserve([rolling(t, 3_000)], t);
     if (!a.ok) throw new Error('expected A to be admitted');
     await oldReserve([rolling(t + 1_000, 1_000)], t + 1_000);
