@@ -495,7 +495,7 @@ export class SharedGate {
       // that would ask again are refused instead (submit).
       this.rejectQueued = true;
       // Calls waiting their turn first: refusing a turn's holder passes it on (see passTurn).
-      for (const info of [this.defaultInfo, ...this.keyInfos.values()]) {
+      for (const info of this.allInfos()) {
         for (const call of info.behind.slice(info.behindHead)) this.refuse(call, new GateClosedError());
       }
       for (const call of this.heap.entries()) this.refuse(call, new GateClosedError());
@@ -546,6 +546,11 @@ export class SharedGate {
       behindHead: 0,
       pumping: false,
     };
+  }
+
+  /** Every key's info, the default one first. */
+  private allInfos(): KeyInfo[] {
+    return [this.defaultInfo, ...this.keyInfos.values()];
   }
 
   private infoFor(key: string): KeyInfo {
@@ -622,7 +627,7 @@ export class SharedGate {
     const now = this.clock.now();
     // A paused call asks the store when the pause ends: reserved now, it would take its slot of the
     // gate-wide limits at the pause's end, and every other key's calls would queue behind it.
-    const pausedUntil = this.pausedUntil(call.info, now);
+    const pausedUntil = this.localPauses.size === 0 ? 0 : this.pausedUntil(call.info, now);
     if (pausedUntil > now + PAUSE_SLACK_MS) {
       this.waitForPause(call, pausedUntil);
       return;
@@ -1143,7 +1148,7 @@ export class SharedGate {
     const fallback = this.fallback;
     if (fallback === undefined) return;
     const gateWide = this.o.globalCores.length > 0;
-    for (const info of [this.defaultInfo, ...this.keyInfos.values()]) {
+    for (const info of this.allInfos()) {
       const i = info.pauseIds.indexOf(pauseId);
       if (i === -1) continue;
       // With gate-wide limits every key is a scope of one partition, whose own pause holds them all.
@@ -1206,7 +1211,7 @@ export class SharedGate {
   private failWaiting(error: unknown): void {
     if (this.up) return;
     const waiting: SharedCall[] = [];
-    for (const info of [this.defaultInfo, ...this.keyInfos.values()]) {
+    for (const info of this.allInfos()) {
       for (let i = info.behindHead; i < info.behind.length; i++) waiting.push(info.behind[i]!);
       info.behind = [];
       info.behindHead = 0;
@@ -1284,16 +1289,11 @@ export class SharedGate {
         core.timed ? Math.max(0, Math.ceil(core.capacity - (stats[i]?.available ?? core.capacity))) : 0,
       );
     const global = used(this.fallbackCores.global, fallback.stats().limits);
-    const infos = [this.defaultInfo, ...this.keyInfos.values()];
-    infos.forEach((info, n) => {
+    this.allInfos().forEach((info, n) => {
       const keyUsed = used(this.fallbackCores.key, fallback.stats(info.key).partition.limits);
       // The gate-wide levels once (with the first key), every key's own levels.
       const costs = [...(n === 0 ? global : global.map(() => 0)), ...keyUsed];
-      if (costs.length !== info.levels.length || costs.every((c) => c === 0)) return;
-      quietly(
-        () => this.store.reserve(info.partition, info.levels, costs, Infinity, { scope: info.scope }),
-        (error) => this.storeFailed(error),
-      );
+      if (costs.length === info.levels.length) this.takeInStore(info, costs);
     });
   }
 
@@ -1309,7 +1309,7 @@ export class SharedGate {
     for (const reservation of refunds) this.refundUntimed(reservation);
     const now = this.clock.now();
     const written = new Set<string>();
-    for (const info of [this.defaultInfo, ...this.keyInfos.values()]) {
+    for (const info of this.allInfos()) {
       info.pauseIds.forEach((pauseId, i) => {
         const until = this.localPauses.get(pauseId);
         if (until === undefined || until <= now || written.has(pauseId)) return;
@@ -1361,15 +1361,14 @@ export class SharedGate {
     this.toFallback(call);
   }
 
-  /** Take a fallback call's units (not its permits) in the store, whenever the store places them. */
-  private chargeStore(call: SharedCall): void {
-    const costs = call.costs.map((cost, i) => (call.info.untimed.includes(i) ? 0 : cost));
+  /**
+   * Take units the store has not counted (what the fallback started) on `info`'s levels, whenever
+   * the store places them: they were spent already, so later calls start after them.
+   */
+  private takeInStore(info: KeyInfo, costs: readonly number[]): void {
     if (costs.every((c) => c === 0)) return;
     quietly(
-      () =>
-        this.store.reserve(call.info.partition, call.info.levels, costs, Infinity, {
-          scope: call.info.scope,
-        }),
+      () => this.store.reserve(info.partition, info.levels, costs, Infinity, { scope: info.scope }),
       (error) => this.storeFailed(error),
     );
   }
@@ -1386,7 +1385,11 @@ export class SharedGate {
     const fn = () => {
       sent = true;
       // Started by the fallback after the store came back: counted there too.
-      if (this.up) this.chargeStore(call);
+      if (this.up)
+        this.takeInStore(
+          call.info,
+          call.costs.map((cost, i) => (call.info.untimed.includes(i) ? 0 : cost)),
+        );
       return call.fn();
     };
     const inspect = call.inspect;
