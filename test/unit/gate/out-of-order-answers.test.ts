@@ -36,7 +36,16 @@ function scenario() {
   const api = heldProvider(clock);
   const calls: Promise<unknown>[] = [];
   const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
-  return { clock, gate, api, calls, schedule };
+  /** The first call, answered "9 left until `resetEpochSeconds`", then `more` calls scheduled. */
+  const open = async (resetEpochSeconds: number, more: number) => {
+    schedule();
+    await flush();
+    api.started[0]!.answer(quota(9, resetEpochSeconds));
+    await flush();
+    for (let i = 0; i < more; i++) schedule();
+    await flush();
+  };
+  return { clock, gate, api, calls, schedule, open };
 }
 
 const quota = (remaining: number, resetEpochSeconds: number): Reply => ({
@@ -50,14 +59,9 @@ const quota = (remaining: number, resetEpochSeconds: number): Reply => ({
 
 describe('quota from answers out of order', () => {
   it('an answer to a later call does not lend the units of earlier calls still in flight', async () => {
-    const { clock, api, calls, schedule } = scenario();
+    const { clock, api, calls, open } = scenario();
     const reset = T0 / 1000 + 60;
-    schedule();
-    await flush();
-    api.started[0]!.answer(quota(9, reset));
-    await flush();
-    for (let i = 0; i < 12; i++) schedule();
-    await flush();
+    await open(reset, 12);
     // The 9 the quota allows are out; 3 wait.
     expect(api.started).toHaveLength(10);
     // The provider sees the last of them first (its connection was ready): 8 left, it says. The
@@ -83,14 +87,9 @@ describe('quota from answers out of order', () => {
   });
 
   it('an older answer that moves the reset later holds the renewal until then', async () => {
-    const { clock, api, calls, schedule } = scenario();
+    const { clock, api, calls, open } = scenario();
     const second = T0 / 1000;
-    schedule();
-    await flush();
-    api.started[0]!.answer(quota(9, second + 1));
-    await flush();
-    for (let i = 0; i < 14; i++) schedule();
-    await flush();
+    await open(second + 1, 14);
     expect(api.started).toHaveLength(10);
     // The newest call is answered first, in the window ending at +1 s; the older ones after it,
     // by which time the provider's reset has moved to +2 s.
@@ -112,15 +111,9 @@ describe('quota from answers out of order', () => {
   });
 
   it('an older answer from the window before does not take from the renewed one', async () => {
-    const { clock, api, calls, schedule } = scenario();
+    const { clock, api, calls, schedule, open } = scenario();
     const second = T0 / 1000;
-    schedule();
-    await flush();
-    api.started[0]!.answer(quota(9, second + 1));
-    await flush();
-    schedule();
-    schedule();
-    await flush();
+    await open(second + 1, 2);
     api.started[2]!.answer(quota(7, second + 1));
     await flush();
     // At the reset the gate renews the window (limit 10, a window of 1 s) and starts a call in it.
@@ -209,15 +202,9 @@ describe('quota from answers out of order', () => {
   });
 
   it("a late answer from the provider's window before does not take from the window after", async () => {
-    const { clock, api, calls, schedule } = scenario();
+    const { clock, api, calls, schedule, open } = scenario();
     const second = T0 / 1000;
-    schedule();
-    await flush();
-    api.started[0]!.answer(quota(9, second + 1));
-    await flush();
-    schedule();
-    schedule();
-    await flush();
+    await open(second + 1, 2);
     clock.advance(1200);
     // The newer call is answered first, from the window that began at +1 s: 9 left until +2 s.
     api.started[2]!.answer(quota(9, second + 2));
