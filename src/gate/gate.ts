@@ -197,6 +197,11 @@ interface Call extends QueueEntry {
   releasedG: readonly LimitCore[] | undefined;
   releasedK: readonly LimitCore[] | undefined;
   /**
+   * How many of its partition's adaptive levels (`Partition.extra`, which only grow) there were at
+   * its last start: the ones it was charged on, and recounted from its response if they count a window.
+   */
+  extraCount: number;
+  /**
    * Whether its last start was counted in flight (the gate observed completions then): its
    * completion is released on the same terms, whatever `setLimits` did in between.
    */
@@ -1098,6 +1103,7 @@ export class Gate {
       releasedAt: 0,
       releasedG: undefined,
       releasedK: undefined,
+      extraCount: 0,
       observed: false,
     };
     return { call, promise };
@@ -1263,6 +1269,33 @@ export class Gate {
     if (p.probe !== 1) return;
     p.probe = 2;
     if (p.queue !== undefined) this.drain(p);
+  }
+
+  /**
+   * `recount` for the learned limits (`Partition.extra`) a call of `cost` was charged on at
+   * `startedAt` (the first `count`: they only grow): a learned limit is the provider's own window,
+   * which counted the call when it arrived, so it needs the same move as a configured one (without
+   * it, a call that reached the provider late shares its window with the calls a window later).
+   * Levels learned since its start took nothing from it.
+   */
+  private recountLearned(
+    p: Partition,
+    cost: ScheduleOptions['cost'],
+    count: number,
+    startedAt: number,
+    now: number,
+  ): void {
+    const extra = p.extra;
+    const margin = this.arrivalMarginMs;
+    if (extra === undefined || count === 0 || margin <= 0) return;
+    for (let i = 0; i < count; i++) {
+      const core = extra.cores[i]!;
+      const units = unitCost(cost, core.unit);
+      if (units === 0 || !countsWindow(core.algorithm)) continue;
+      extra.states[i] = recountState(core, extra.states[i], units, startedAt, margin, now);
+      if (p.shadowE !== undefined)
+        p.shadowE[i] = recountState(core, p.shadowE[i], units, startedAt, margin, now);
+    }
   }
 
   /**
@@ -1706,6 +1739,7 @@ export class Gate {
     call.gcores = this.globalCores;
     call.kcores = this.keyCores;
     call.startedAt = now;
+    call.extraCount = p.extra?.ids.length ?? 0;
     if (call.inspect !== undefined) this.startProbe(p, now);
     p.cum ??= new Map();
     this.countStart(p, call.cost, now);
@@ -1734,6 +1768,7 @@ export class Gate {
     this.answered(call);
     if (call.observed)
       this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts, call.startedAt);
+    this.recountLearned(call.partition, call.cost, call.extraCount, call.startedAt, this.clock.now());
     this.endProbe(call.partition);
     // The request may have reached the provider: charge the estimate (never under-count).
     this.settleBudget(call, call.priceMicros);
@@ -1742,10 +1777,12 @@ export class Gate {
 
   private completed(call: Call, value: unknown): void {
     this.answered(call);
+    // The learned window limits it was charged on count it from now (see `reconcile`).
+    call.releasedAt = this.clock.now();
+    this.recountLearned(call.partition, call.cost, call.extraCount, call.startedAt, call.releasedAt);
     if (call.observed) {
       this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts, call.startedAt);
       // The window limits of these that were in force then have recounted it (see `reconcile`).
-      call.releasedAt = this.clock.now();
       call.releasedG = this.globalCores;
       call.releasedK = this.keyCores;
     } else {
@@ -1879,7 +1916,9 @@ export class Gate {
     settle(call.gcores ?? [], call.gcosts, call.releasedG, this.globalCores, this.globalStates);
     settle(call.kcores ?? [], call.kcosts, call.releasedK, this.keyCores, p.keyStates);
     p.extra?.cores.forEach((core, i) => {
-      p.extra!.states[i] = adjust(core, p.extra!.states[i], unitCost(call.cost, core.unit), startedAt);
+      const recounted = margin > 0 && i < call.extraCount && countsWindow(core.algorithm);
+      const at = recounted ? recountAtMs(core, startedAt, margin, call.releasedAt) : startedAt;
+      p.extra!.states[i] = adjust(core, p.extra!.states[i], unitCost(call.cost, core.unit), at);
     });
     if (p.queue !== undefined) this.replanAndDrain(p, now);
   }
