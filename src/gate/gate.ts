@@ -324,7 +324,7 @@ function aimdCore(ratePerSec: number): LimitCore {
 
 const RECENT_STARTS = 32;
 // How long the calls of an unknown partition wait for the first response's headers at most.
-const PROBE_TIMEOUT_MS = 2_000;
+export const PROBE_TIMEOUT_MS = 2_000;
 
 /** Header families whose reset is a full refill (a token bucket), not the end of a window. */
 const REFILL_SOURCES = new Set(['openai', 'anthropic']);

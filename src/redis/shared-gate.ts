@@ -28,6 +28,7 @@ import {
   type Gate,
   type GateStats,
   type Inspection,
+  PROBE_TIMEOUT_MS,
   type ScheduleOptions,
 } from '../gate/gate.js';
 import { inspectOutcome } from '../gate/inspect-outcome.js';
@@ -139,6 +140,15 @@ interface KeyInfo {
   readonly buckets: readonly number[];
   queued: number;
   learned: Map<string, { limit: number; at: number }> | undefined;
+  /**
+   * Probe of a key that knows nothing of its provider (no configured limit, nothing learned here):
+   * 0 not yet, 1 its first inspected call (`prober`) is out and the others wait for its response
+   * until `probeUntil` (`probeWaiters`), 2 done.
+   */
+  probe: 0 | 1 | 2;
+  prober: SharedCall | undefined;
+  probeUntil: number;
+  probeWaiters: SharedCall[] | undefined;
   /** Window calls of this key holding a turn to ask the store (see `mayAsk`), and how many may. */
   asking: number;
   width: number;
@@ -539,6 +549,10 @@ export class SharedGate {
       ownPauseId: this.store.pauseId(partition, scope),
       queued: 0,
       learned: undefined,
+      probe: 0,
+      prober: undefined,
+      probeUntil: 0,
+      probeWaiters: undefined,
       asking: 0,
       width: 1,
       head: undefined,
@@ -623,6 +637,7 @@ export class SharedGate {
       this.failover(call, undefined);
       return;
     }
+    if (call.inspect !== undefined && call.info.probe !== 2 && this.heldForProbe(call)) return;
     if (call.recounts && !this.mayAsk(call)) return;
     const now = this.clock.now();
     // A paused call asks the store when the pause ends: reserved now, it would take its slot of the
@@ -871,6 +886,58 @@ export class SharedGate {
     this.enqueueAt(call, until);
   }
 
+  /**
+   * True when `call` waits for its key's probe, as in the in-memory gate: the key knows nothing of
+   * its provider (no configured limit, nothing learned here) and its first inspected call is out. A
+   * blind burst would draw one 429 per call beyond the provider's unknown limit; the probe's response
+   * tells the limits (shared through the store before the others reserve). The others wait at most
+   * PROBE_TIMEOUT_MS (as long as the in-memory gate), or until their deadline.
+   */
+  private heldForProbe(call: SharedCall): boolean {
+    const info = call.info;
+    const now = this.clock.now();
+    if (info.probe === 0) {
+      if (this.adapt === false || info.levels.length > 0 || info.learned !== undefined) {
+        info.probe = 2;
+        return false;
+      }
+      info.probe = 1;
+      info.prober = call;
+      info.probeUntil = now + PROBE_TIMEOUT_MS;
+      return false;
+    }
+    if (call === info.prober) return false;
+    if (now >= info.probeUntil) {
+      this.endProbe(info, true);
+      return false;
+    }
+    call.state = 'retrying';
+    info.probeWaiters ??= [];
+    info.probeWaiters.push(call);
+    this.enqueueAt(call, Math.min(info.probeUntil, call.deadline));
+    return true;
+  }
+
+  /**
+   * The probe of `info` is over: its response came (`answered`), or its call left without being sent
+   * (the next call to come probes instead). The calls that waited for it ask the store, in order.
+   */
+  private endProbe(info: KeyInfo, answered: boolean): void {
+    if (info.probe !== 1) return;
+    info.probe = answered ? 2 : 0;
+    info.prober = undefined;
+    const waiters = info.probeWaiters;
+    info.probeWaiters = undefined;
+    if (waiters === undefined) return;
+    // After what the caller does next (a 429's pause is written to the store before they ask).
+    queueMicrotask(() => {
+      for (const call of waiters) {
+        if (call.state === 'retrying' && this.heap.remove(call)) this.submit(call);
+      }
+      this.arm();
+    });
+  }
+
   /** `call` is reserved (`admitted`), refused or gone to the failure policy: its turn passes on. */
   private passTurn(call: SharedCall, admitted: boolean): void {
     if (!call.turn) return;
@@ -955,6 +1022,7 @@ export class SharedGate {
       },
       (error: unknown) => {
         this.released(call);
+        if (call.info.prober === call) this.endProbe(call.info, true);
         // The request may have reached the provider: charge the estimate (never under-count).
         this.settleBudget(call, call.priceMicros);
         this.settle(call, error, false);
@@ -1001,6 +1069,7 @@ export class SharedGate {
       typeof inspection.status !== 'number' ||
       adapt === false
     ) {
+      if (call.info.prober === call) this.endProbe(call.info, true);
       this.settleBudget(call, inspection?.actualPriceMicros ?? call.priceMicros);
       this.settle(call, value, true);
       return;
@@ -1016,6 +1085,7 @@ export class SharedGate {
       observation = { policies: [] };
     }
     this.learnFrom(call.info, observation, inspection.status, now);
+    if (call.info.prober === call) this.endProbe(call.info, true);
     const verdict = verdictFor(
       {
         status: inspection.status,
@@ -1340,6 +1410,7 @@ export class SharedGate {
       return;
     }
     this.passTurn(call, false);
+    if (call.info.prober === call) this.endProbe(call.info, false);
     const policy = this.o.failure;
     if (policy === 'fail-closed') {
       this.refuse(
@@ -1441,6 +1512,7 @@ export class SharedGate {
   private refuse(call: SharedCall, error: Error & { code?: string }): void {
     if (call.state === 'running' || call.state === 'done') return;
     this.passTurn(call, false);
+    if (call.info.prober === call) this.endProbe(call.info, false);
     if (call.heapIndex >= 0) {
       this.heap.remove(call);
       this.arm();

@@ -178,6 +178,63 @@ describe('shared gate on a memory store', () => {
     expect(starts[1]).toBeGreaterThanOrEqual(60_000);
   });
 
+  /**
+   * A gate without limits and a provider of 3 requests per second whose answers come `latencyMs`
+   * after the request (or never, for the calls `silent` names); `sent` stamps each request.
+   */
+  function unknownProvider(latencyMs: number, silent: (n: number) => boolean = () => false) {
+    const { clock, gate } = setup();
+    const g = gate({ limits: [] });
+    const sent: number[] = [];
+    const call = (options: { maxQueueTimeMs?: number; signal?: AbortSignal } = {}) =>
+      g.schedule(
+        () =>
+          new Promise<Inspection>((resolve) => {
+            const n = sent.push(clock.now() - T0) - 1;
+            if (silent(n)) return;
+            const used = sent.filter((t) => t > clock.now() - T0 - 1000).length;
+            const headers = {
+              'ratelimit-policy': '"s";q=3;w=1',
+              ratelimit: `"s";r=${Math.max(0, 3 - used)};t=1`,
+            };
+            clock.setTimeout(() => resolve(ok(headers)), latencyMs);
+          }),
+        { inspect: (r: Inspection) => r, maxQueueTimeMs: 10_000, ...options },
+      );
+    const run = async (ms: number) => {
+      for (let t = 0; t < ms; t += 10) {
+        await flush();
+        clock.advance(10);
+      }
+      await flush();
+    };
+    return { clock, gate: g, sent, call, run };
+  }
+
+  it('a key that knows nothing of its provider sends one call first, the others after its answer, within what it told', async () => {
+    const provider = unknownProvider(50);
+    const calls = Array.from({ length: 7 }, () => provider.call());
+    await provider.run(40);
+    expect(provider.sent).toEqual([0]);
+    await provider.run(4000);
+    await Promise.all(calls);
+    // The answer at 50 told 3 per second with 2 left: 2 more then, the rest a window later.
+    expect(provider.sent.slice(0, 3)).toEqual([0, 50, 50]);
+    expect(provider.sent).toHaveLength(7);
+    for (const t of provider.sent)
+      expect(provider.sent.filter((u) => u >= t && u < t + 1000).length).toBeLessThanOrEqual(3);
+  });
+
+  it('a probe that is never answered holds the others no longer than 2 s', async () => {
+    const provider = unknownProvider(50, (n) => n === 0);
+    const [, second, third] = [provider.call(), provider.call(), provider.call()];
+    await provider.run(1990);
+    expect(provider.sent).toEqual([0]);
+    await provider.run(100);
+    await Promise.all([second, third]);
+    expect(provider.sent).toEqual([0, 2000, 2000]);
+  });
+
   it("a learned limit's used units leave at the provider's reset, and the tightest policy of a window binds", async () => {
     const { clock, gate } = setup();
     const a = gate({ limits: [] });
