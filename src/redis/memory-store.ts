@@ -94,6 +94,21 @@ export function levelName(level: StoreLevel): string {
   return `${level.id}|${algorithm}|${intervalMs}|${unit}`;
 }
 
+/**
+ * Units a sliding log counts at `now` from its takes up to `now` (reservations ahead left out: the
+ * provider has not seen them); for other limits `Infinity` (their state is not topped up).
+ */
+function loggedUpTo(core: LimitCore, state: unknown, now: number): number {
+  if (core.algorithm !== 'sliding-log') return Number.POSITIVE_INFINITY;
+  const log = state as readonly number[];
+  const intervalMs = core.spec.intervalMs;
+  let units = 0;
+  for (let i = 1; i + 1 < log.length; i += 2) {
+    if (log[i]! + intervalMs > now && log[i]! <= now) units += log[i + 1]!;
+  }
+  return units;
+}
+
 /** A learned limit's id within its scope: one per unit and window. */
 export function learnedId(spec: NormalizedLimitSpec): string {
   return `${spec.algorithm}|${spec.unit}|${spec.intervalMs}`;
@@ -338,6 +353,16 @@ export class MemoryStore implements Store {
       const core = coreOf(levels[i]!);
       this.put(p, name, core, recountState(core, state, cost, startAt, marginMs, now), now);
     }
+    // Learned limits are windows (sliding logs): the same move, while the limit is still known.
+    const learned = p.learned.get(reservation.scope);
+    for (const { id, cost } of reservation.learned) {
+      const entry = learned?.get(id);
+      if (entry === undefined || cost === 0 || !countsWindow(entry.core.spec.algorithm)) continue;
+      const name = `L:${reservation.scope}:${id}`;
+      const state = p.states.get(name);
+      if (state === undefined) continue;
+      this.put(p, name, entry.core, recountState(entry.core, state, cost, startAt, marginMs, now), now);
+    }
     this.dropIfEmpty(reservation.partition, p, now);
   }
 
@@ -400,14 +425,16 @@ export class MemoryStore implements Store {
     const previous = learned.get(id);
     const live = previous !== undefined && previous.expiresAt > now;
     learned.set(id, { spec: text, core, expiresAt: now + this.learnedTtlMs });
-    if (live && previous.spec === text) return false;
     const seed = Math.min(options?.seedUnits ?? 0, core.capacity);
-    if (!live && seed > 0) {
+    if (seed > 0) {
       const name = `L:${scope}:${id}`;
       const state = p.states.get(name) ?? core.initial(now);
-      this.put(p, name, core, core.take(state, seed, now - seedAge(options)), now);
+      // A known limit (learned by another process first, or changed) is topped up to what the
+      // provider says is used (as LEARN_LUA: a sliding log's takes up to now; other states stay).
+      const missing = live ? seed - loggedUpTo(core, state, now) : seed;
+      if (missing > 0) this.put(p, name, core, core.take(state, missing, now - seedAge(options)), now);
     }
-    return true;
+    return !(live && previous.spec === text);
   }
 
   time(): number {

@@ -963,34 +963,51 @@ return fmt(now)
 /**
  * Count calls that ran in their window levels from their response instead of their start (see
  * `Store.recount`): per level, give the units back at startAt and take them again at
- * `min(now, startAt + max(marginMs, intervalMs / 10))`, as `core.take(core.refund(...))` does.
+ * `min(now, startAt + max(marginMs, intervalMs / 10))`, as `core.take(core.refund(...))` does. The
+ * learned limits the call was charged on (sliding logs) get the same move while they are known.
  *
- * KEYS: the window levels' state keys (only those the reservation charged).
- * ARGV: nowOverride, minTtlMs, marginMs, startAt, then 5 values per level (algo, limit, intervalMs,
- *   burst, cost).
+ * KEYS: the window levels' state keys (k, only those the reservation charged), then the scope's
+ *   meta hash when learned limits follow.
+ * ARGV: nowOverride, minTtlMs, marginMs, startAt, k, then 5 values per level (algo, limit,
+ *   intervalMs, burst, cost), then (id, cost) per learned level.
  * Reply: now.
  */
 export const RECOUNT_LUA = `${LIMITS_LUA}
 local now = serverNow(ARGV[1])
 MIN_TTL = tonumber(ARGV[2])
 local margin, startAt = tonumber(ARGV[3]), tonumber(ARGV[4])
-for i = 1, #KEYS do
-  local a = 4 + (i - 1) * 5
-  local algo, I, cost = ARGV[a + 1], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 5])
+local k = tonumber(ARGV[5])
+local function move(L, cost)
   -- core/recount.ts recountState: min(now, startAt + max(marginMs, intervalMs / 10))
-  local cap = I / 10
+  local cap = L.I / 10
   if margin > cap then cap = margin end
   local at = startAt + cap
   if now < at then at = now end
-  local raw = at > startAt and redis.call('GET', KEYS[i])
+  local raw = at > startAt and redis.call('GET', L.key)
   if raw then
-    local L = level(algo, tonumber(ARGV[a + 2]), I, tonumber(ARGV[a + 4]), cost, KEYS[i])
     local w = windows()
     local s = w.decode(raw)
-    if algo == 'fw' then s = w.fwRefund(L, s, cost, startAt)
-    elseif algo == 'sw' then s = w.swRefund(L, s, cost, startAt)
+    if L.algo == 'fw' then s = w.fwRefund(L, s, cost, startAt)
+    elseif L.algo == 'sw' then s = w.swRefund(L, s, cost, startAt)
     else s = w.slRefund(L, s, cost, startAt, now) end
     save(L, take(L, s, cost, at), now)
+  end
+end
+for i = 1, k do
+  local a = 5 + (i - 1) * 5
+  local cost = tonumber(ARGV[a + 5])
+  move(level(ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), cost, KEYS[i]), cost)
+end
+if #KEYS > k then
+  local tag, scope = string.match(KEYS[k + 1], '^(.*):m:([^:]*)$')
+  for b = 5 + k * 5, #ARGV - 1, 2 do
+    local lid, cost = ARGV[b + 1], tonumber(ARGV[b + 2])
+    local spec = redis.call('HGET', KEYS[k + 1], 'l:' .. lid)
+    if spec then
+      local L = learnedLevel(tag, scope, lid, spec, {})
+      L.cost = cost
+      if L.algo == 'fw' or L.algo == 'sw' or L.algo == 'sl' then move(L, cost) end
+    end
   end
 end
 return fmt(now)
@@ -1043,7 +1060,8 @@ return { '0', fmt(now) }
 
 /**
  * Share a limit learned from a provider's headers: every later reservation in the partition (and
- * scope) checks it too. A new learned limit is seeded with the units the provider says are used.
+ * scope) checks it too. A new learned limit is seeded with the units the provider says are used; a
+ * known one (a sliding log) is topped up to them (two processes' first calls both count).
  *
  * KEYS: the scope's meta hash (field 'l:<id>'), the learned level's state key.
  * ARGV: nowOverride, id, spec ('algo limit intervalMs burst unit'), ttlMs, seedUnits, minTtlMs,
@@ -1059,13 +1077,27 @@ local previous = redis.call('HGET', KEYS[1], 'l:' .. id)
 redis.call('HSET', KEYS[1], 'l:' .. id, spec)
 -- The hash also holds the scope's pause: its TTL only ever grows.
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
-if previous == spec then return { 0, fmt(now) } end
-if previous == false and seed > 0 then
+if seed > 0 then
   local algo, limit, I, burst = string.match(spec, '(%S+) (%S+) (%S+) (%S+)')
   local L = level(algo, tonumber(limit), tonumber(I), tonumber(burst), 0, KEYS[2])
   if seed > L.cap then seed = L.cap end
-  save(L, take(L, load(L, now), seed, seedAt), now)
+  local s = load(L, now)
+  if previous then
+    -- Known already (learned by another process first, or a changed limit): a sliding log is topped
+    -- up to what this answer says is used, counting its takes up to now (reservations ahead are not
+    -- what the provider has seen), so every process's first calls are counted. Other states stay.
+    local used = seed
+    if algo == 'sl' then
+      used = 0
+      for i = 2, #s - 1, 2 do
+        if s[i] + L.I > now and s[i] <= now then used = used + s[i + 1] end
+      end
+    end
+    seed = seed - used
+  end
+  if seed > 0 then save(L, take(L, s, seed, seedAt), now) end
 end
+if previous == spec then return { 0, fmt(now) } end
 return { 1, fmt(now) }
 `;
 

@@ -842,7 +842,7 @@ export class RedisStore implements Store {
     const { levels, costs } = reservation;
     // Only the window levels the call was charged on; nothing to send for the others.
     const keys: string[] = [];
-    const args: string[] = [nowArg, this.minTtlMs, String(marginMs), String(reservation.startAt)];
+    const args: string[] = [nowArg, this.minTtlMs, String(marginMs), String(reservation.startAt), ''];
     const tag = this.tagOf(reservation.partition);
     for (let i = 0; i < levels.length; i++) {
       const level = levels[i]!;
@@ -850,6 +850,13 @@ export class RedisStore implements Store {
       const info = infoOf(level);
       keys.push(`${tag}:s:${info.suffix}`);
       args.push(info.args[0]!, info.args[1]!, info.args[2]!, info.args[3]!, String(costs[i]));
+    }
+    args[4] = String(keys.length);
+    // Learned limits are sliding logs: the script reads each one's spec from the scope's meta hash.
+    const learned = reservation.learned.filter((entry) => entry.cost !== 0);
+    if (learned.length > 0) {
+      keys.push(`${tag}:m:${this.scopeOf(reservation.scope)}`);
+      for (const entry of learned) args.push(entry.id, String(entry.cost));
     }
     if (keys.length === 0) return Promise.resolve();
     if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));

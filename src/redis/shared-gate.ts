@@ -141,6 +141,11 @@ interface KeyInfo {
   queued: number;
   learned: Map<string, { limit: number; at: number }> | undefined;
   /**
+   * The key has limits learned from its provider's responses (here or, as a reservation showed, by
+   * another process): windows, so its calls are recounted and ask the store in turns.
+   */
+  learnedWindows: boolean;
+  /**
    * Probe of a key that knows nothing of its provider (no configured limit, nothing learned here):
    * 0 not yet, 1 its first inspected call (`prober`) is out and the others wait for its response
    * until `probeUntil` (`probeWaiters`), 2 done.
@@ -175,13 +180,16 @@ interface SharedCall extends HeapEntry {
   readonly inspect: ScheduleOptions['inspect'];
   readonly priceMicros: number;
   readonly hasUntimed: boolean;
-  /** The call is charged on a window level: recount it when it finishes (arrivalMarginMs > 0). */
-  readonly recounts: boolean;
+  /**
+   * The call is charged on a window level, configured or learned: recount it when it finishes
+   * (arrivalMarginMs > 0). Set when it is scheduled, or when its key has learned limits (see submit).
+   */
+  recounts: boolean;
   /**
    * A late start must reserve again: the call is charged on a bucket level, or on a window level
    * that is not recounted (a recount counts a late call from its response anyway).
    */
-  readonly lateMatters: boolean;
+  lateMatters: boolean;
   /** A window call holding a turn to ask the store (see `mayAsk`). */
   turn: boolean;
   onAbort: (() => void) | undefined;
@@ -549,6 +557,7 @@ export class SharedGate {
       ownPauseId: this.store.pauseId(partition, scope),
       queued: 0,
       learned: undefined,
+      learnedWindows: false,
       probe: 0,
       prober: undefined,
       probeUntil: 0,
@@ -638,6 +647,11 @@ export class SharedGate {
       return;
     }
     if (call.inspect !== undefined && call.info.probe !== 2 && this.heldForProbe(call)) return;
+    if (!call.recounts && call.info.learnedWindows && this.o.arrivalMarginMs > 0) {
+      // Learned limits are sliding logs: counted from the response, like a configured window.
+      call.recounts = true;
+      call.lateMatters = call.info.buckets.some((i) => call.costs[i] !== 0);
+    }
     if (call.recounts && !this.mayAsk(call)) return;
     const now = this.clock.now();
     // A paused call asks the store when the pause ends: reserved now, it would take its slot of the
@@ -725,6 +739,7 @@ export class SharedGate {
     }
     call.reservation = d;
     call.storeStartAt = d.startAt;
+    if (d.learned.length > 0) call.info.learnedWindows = true;
     this.sampleOffset(call.sentAt, now, d.serverNow);
     const localStart = this.toLocal(d.startAt, now, d.serverNow);
     const pausedUntil = this.pausedUntil(call.info, now);
@@ -1049,7 +1064,8 @@ export class SharedGate {
     const reservation = call.reservation;
     if (reservation === undefined) return;
     if (call.hasUntimed) this.refundUntimed(reservation);
-    if (call.recounts) {
+    // A call reserved before its key knew of learned limits is recounted in them all the same.
+    if (call.recounts || (this.o.arrivalMarginMs > 0 && reservation.learned.length > 0)) {
       quietly(
         () => this.store.recount(reservation, this.o.arrivalMarginMs),
         (error) => this.storeFailed(error),
@@ -1152,6 +1168,7 @@ export class SharedGate {
         )
           continue;
         info.learned ??= new Map();
+        info.learnedWindows = true;
         if (last !== undefined && last.limit === spec.limit && now - last.at < refreshMs) continue;
         info.learned.set(id, { limit: spec.limit, at: now });
         // What the provider counts as used in its window is seeded into the shared limit, from the

@@ -105,8 +105,9 @@ export interface StorePauseEvent {
 export interface LearnOptions {
   readonly scope?: string;
   /**
-   * Units already used in the provider's window when the limit is first learned (the provider's
-   * `limit - remaining`), taken at once so the first window is not over-filled.
+   * Units already used in the provider's window (the provider's `limit - remaining`): taken at once
+   * when the limit is first learned, so the first window is not over-filled; when it is known
+   * already, a sliding log is topped up to them (counting its takes up to now), never down.
    * @default 0
    */
   readonly seedUnits?: number;
@@ -152,8 +153,9 @@ export interface Store {
    * (fixed window, sliding window, sliding log) from now instead of from `startAt`, moving it at
    * most `max(marginMs, intervalMs / 10)` after `startAt` (the in-memory gate's `recount`). The
    * provider counted the request when it arrived, which is no later than its response, so a window
-   * counted from the response never ends before the provider's. Buckets, concurrency and learned
-   * limits are unchanged. A reservation is recounted once; its timed levels are never refunded after.
+   * counted from the response never ends before the provider's. The learned limits it was charged
+   * on (sliding logs) move too; buckets and concurrency are unchanged. A reservation is recounted
+   * once; its timed levels are never refunded after.
    */
   recount(reservation: StoreReservation, marginMs: number): MaybePromise<void>;
   recountAt(reservation: StoreReservation, marginMs: number, now: number): MaybePromise<void>;

@@ -165,6 +165,24 @@ export function storeContract(
       expect(granted(await store.reserveAt(p, [log], [1], 10_000, T0 + 1070)).startAt).toBe(T0 + 2000);
     });
 
+    it('a recount moves a call in the learned limits it was charged on too', async () => {
+      const store = await make();
+      const p = fresh();
+      // Learned limits live learnedTtlMs from the store's now: the times here are counted from it.
+      const t0 = Math.floor(Number(await store.time()));
+      const none = level('none', { algorithm: 'token-bucket', limit: 1000, intervalMs: 1000 });
+      await store.learn(p, { algorithm: 'sliding-log', limit: 2, intervalMs: 1000 });
+      const early = granted(await store.reserveAt(p, [none], [1], 0, t0 + 900));
+      const late = granted(await store.reserveAt(p, [none], [1], 0, t0 + 900));
+      expect(early.learned.map((l) => l.cost)).toEqual([1]);
+      await store.recountAt(early, 50, t0 + 940);
+      await store.recountAt(late, 50, t0 + 1050);
+      // The learned log frees each entry a window after where it now stands (t0 + 940, t0 + 1000),
+      // not a window after the start (t0 + 900).
+      expect(granted(await store.reserveAt(p, [none], [1], 10_000, t0 + 1070)).startAt).toBe(t0 + 1940);
+      expect(granted(await store.reserveAt(p, [none], [1], 10_000, t0 + 1070)).startAt).toBe(t0 + 2000);
+    });
+
     it('a recount of a refunded reservation, or of one with no window level, changes nothing', async () => {
       const store = await make();
       const p = fresh();
@@ -334,6 +352,20 @@ export function storeContract(
       await store.refund(scoped);
       granted(await store.reserve(p, [tb], [1], 0, { scope: 'k', units: { tokens: 100 } }));
       expect(now).toBeGreaterThan(0);
+    });
+
+    it('learning a known limit again tops its log up to what the provider says is used, never down', async () => {
+      const store = await make();
+      const p = fresh();
+      const spec = { algorithm: 'sliding-log', limit: 5, intervalMs: 60_000 } as const;
+      expect(await store.learn(p, spec, { seedUnits: 1 })).toBe(true);
+      // Another process's answer: 3 used (its own calls, which this log has not seen). Then one that
+      // says less than the log holds: nothing is taken back.
+      expect(await store.learn(p, spec, { seedUnits: 3 })).toBe(false);
+      expect(await store.learn(p, spec, { seedUnits: 1 })).toBe(false);
+      granted(await store.reserve(p, [tb], [1], 0));
+      granted(await store.reserve(p, [tb], [1], 0));
+      expect(await store.reserve(p, [tb], [1], 0)).toMatchObject({ ok: false, reason: 'wait' });
     });
 
     it("a learned limit's seed is taken seedAgeMs ago: it leaves at the provider's reset", async () => {

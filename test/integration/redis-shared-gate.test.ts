@@ -235,6 +235,49 @@ describe('shared gate on a memory store', () => {
     expect(provider.sent).toEqual([0, 2000, 2000]);
   });
 
+  it.each([
+    [0, [0, 30, 1030, 1030]],
+    [50, [0, 30, 1030, 1130]],
+  ] as const)(
+    'a learned limit with margin %i counts a call from its response',
+    async (arrivalMarginMs, expected) => {
+      const { clock, gate } = setup();
+      const g = gate({ limits: [], arrivalMarginMs });
+      const sent: number[] = [];
+      const answer: (() => void)[] = [];
+      // The provider: 2 requests per 1000 ms, which the first answer states (1 left); the others repeat the policy.
+      const fn = () =>
+        new Promise<Inspection>((resolve) => {
+          const n = sent.push(clock.now() - T0) - 1;
+          const headers: Record<string, string> = { 'ratelimit-policy': '"w";q=2;w=1' };
+          if (n === 0) headers['ratelimit'] = '"w";r=1;t=1';
+          answer.push(() => resolve(ok(headers)));
+        });
+      const calls = Array.from({ length: 4 }, () =>
+        g.schedule(fn, { inspect: (r: Inspection) => r, maxQueueTimeMs: 10_000 }),
+      );
+      await flush();
+      clock.advance(30);
+      answer[0]!(); // the probe's answer, at 30
+      await flush();
+      clock.advance(100);
+      answer[1]!(); // the call started at 30 answers at 130: the provider may have counted it then
+      await flush();
+      // The others answer as soon as they start.
+      for (let step = 0; step < 300 && sent.length < 4; step++) {
+        clock.advance(10);
+        await flush();
+        for (let i = 2; i < sent.length; i++) answer[i]!();
+        await flush();
+      }
+      for (let i = 2; i < sent.length; i++) answer[i]!();
+      await Promise.all(calls);
+      // The probe's unit is counted from its answer (30) and leaves at 1030. Without a margin the
+      // second call's leaves a window after its start (1030); with one, after its answer (130).
+      expect(sent).toEqual(expected);
+    },
+  );
+
   it("a learned limit's used units leave at the provider's reset, and the tightest policy of a window binds", async () => {
     const { clock, gate } = setup();
     const a = gate({ limits: [] });
@@ -1134,6 +1177,59 @@ describe.skipIf(skip !== false)('shared gate on Redis', () => {
       expect(statuses.filter((s) => s === 200)).toHaveLength(120);
       expect(stats.overLimitWindows()).toBe(0);
       expect(span).toBeLessThan(minimum * 1.25);
+    } finally {
+      await api.close();
+    }
+  });
+
+  it('gates that know nothing of the provider learn its sliding window from its headers and share it: not one 429', async () => {
+    // No configured limit: the first gate probes, learns 20 per second from the IETF headers and
+    // shares it through Redis; the second, joining once it is learned, is held by it from its first
+    // call. Learned limits count calls from their responses, as configured windows do. (Two gates
+    // that probe at the same moment each send their probe unseen by the other: the first window can
+    // then take one more than the limit.)
+    const api = await startSimulatedApi({
+      policy: { kind: 'sliding-window', limit: 20, intervalMs: 1000 },
+      latencyMs: { min: 5, max: 20 },
+      headers: 'ietf-structured',
+    });
+    try {
+      const make = () => {
+        const g = createSharedGate({ redis: REDIS_URL, keyPrefix, arrivalMarginMs: 250 });
+        gates.push(g);
+        return g;
+      };
+      const statuses: number[] = [];
+      let firstAnswer!: () => void;
+      const learned = new Promise<void>((resolve) => (firstAnswer = resolve));
+      const burst = (g: SharedGate, from: number) =>
+        Array.from({ length: 30 }, (_, i) =>
+          g.schedule(
+            async () => {
+              const res = await fetch(`${api.url}/v1/work?i=${from + i}`);
+              await res.arrayBuffer();
+              statuses.push(res.status);
+              firstAnswer();
+              return { status: res.status, headers: res.headers };
+            },
+            { key: `${api.url}#learned`, inspect: (r: Inspection) => r, maxQueueTimeMs: 30_000 },
+          ),
+        );
+      const first = burst(make(), 0);
+      await learned;
+      const second = burst(make(), 30);
+      await Promise.all([...first, ...second]);
+      const stats = api.stats();
+      const span = stats.acceptedAt.at(-1)! - stats.acceptedAt[0]!;
+      console.log(
+        `[shared gate on Redis] learned sliding window 20/s, 2 gates: 60 accepted over ${span.toFixed(0)} ms, ${stats.rejected} × 429`,
+      );
+      expect(stats.rejected).toBe(0);
+      expect(statuses.filter((s) => s === 200)).toHaveLength(60);
+      expect(stats.overLimitWindows()).toBe(0);
+      // Three windows' worth: the learned limit holds the calls to the provider's pace, no slower
+      // than a window and a half more.
+      expect(span).toBeLessThan(3500);
     } finally {
       await api.close();
     }
