@@ -171,6 +171,8 @@ export class MemoryStore implements Store {
   readonly learnedTtlMs: number;
   private readonly partitions = new Map<string, PartitionState>();
   private readonly listeners = new Set<(event: StorePauseEvent) => void>();
+  /** Claimed probes by partition and scope (see `Store.claimProbe`). */
+  private readonly probes = new Map<string, { holder: string; expiresAt: number }>();
 
   constructor(options: MemoryStoreOptions = {}) {
     const o = plainObject('options', options);
@@ -188,8 +190,9 @@ export class MemoryStore implements Store {
     return this.partitions.size;
   }
 
-  /** Drop every idle state, ended pause and expired learned limit (what TTLs do in Redis). O(state). */
+  /** Drop every idle state, ended pause, expired learned limit and probe (what TTLs do in Redis). O(state). */
   prune(now: number): void {
+    for (const [name, probe] of this.probes) if (probe.expiresAt <= now) this.probes.delete(name);
     for (const [partition, p] of this.partitions) {
       for (const [scope, learned] of p.learned) {
         for (const [id, entry] of learned) if (entry.expiresAt <= now) learned.delete(id);
@@ -437,6 +440,22 @@ export class MemoryStore implements Store {
     return !(live && previous.spec === text);
   }
 
+  claimProbe(partition: string, holder: string, ttlMs: number, scope = ''): boolean {
+    if (typeof ttlMs !== 'number' || !(ttlMs >= 1) || !Number.isFinite(ttlMs))
+      throw invalid('ttlMs', 'a finite number of ms >= 1', ttlMs);
+    const now = this.clock.now();
+    const name = `${partition}\u0000${scope}`;
+    const current = this.probes.get(name);
+    if (current !== undefined && current.expiresAt > now && current.holder !== holder) return false;
+    this.probes.set(name, { holder, expiresAt: now + ttlMs });
+    return true;
+  }
+
+  releaseProbe(partition: string, holder: string, scope = ''): void {
+    const name = `${partition}\u0000${scope}`;
+    if (this.probes.get(name)?.holder === holder) this.probes.delete(name);
+  }
+
   time(): number {
     return this.clock.now();
   }
@@ -444,6 +463,7 @@ export class MemoryStore implements Store {
   close(): void {
     this.partitions.clear();
     this.listeners.clear();
+    this.probes.clear();
   }
 
   private partitionOf(partition: string): PartitionState {

@@ -9,6 +9,7 @@
  *                                                      'l:<id>' -> learned 'algo limit intervalMs burst unit';
  *                                                      TTL until the later of the pause's end and the learned TTL
  *   {tollgate:<h(partition)>}:L:<h(scope)|->:<id>     a learned limit's state
+ *   {tollgate:<h(partition)>}:q:<h(scope)|->          the gate holding its probe (a random id), TTL 2 s
  *   tollgate:pause                                     pub/sub channel announcing pauses
  */
 import { createHash } from 'node:crypto';

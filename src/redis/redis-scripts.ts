@@ -1101,6 +1101,27 @@ if previous == spec then return { 0, fmt(now) } end
 return { 1, fmt(now) }
 `;
 
+/**
+ * Claim a partition's probe (`Store.claimProbe`): unless another holder has it, the holder has it
+ * now for ttlMs (its own claim extended).
+ * KEYS: the probe key. ARGV: holder, ttlMs. Reply: 1 if claimed, else 0.
+ */
+export const CLAIM_PROBE_LUA = `
+local current = redis.call('GET', KEYS[1])
+if current and current ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`;
+
+/**
+ * Give a claimed probe back (`Store.releaseProbe`), only if its holder still has it.
+ * KEYS: the probe key. ARGV: holder. Reply: 1 if given back, else 0.
+ */
+export const RELEASE_PROBE_LUA = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`;
+
 /** Server time, for the gate's clock offset and for health probes. Reply: now (ms). */
 export const TIME_LUA = `
 local t = redis.call('TIME')

@@ -16,11 +16,13 @@ import {
 import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
 import { DigestCache, digest, partitionTag, pauseChannel, scopePart } from './redis-keys.js';
 import {
+  CLAIM_PROBE_LUA,
   LEARN_LUA,
   PAUSE_LUA,
   READ_PAUSE_LUA,
   RECOUNT_LUA,
   REFUND_LUA,
+  RELEASE_PROBE_LUA,
   RESERVE_BUCKET_LUA,
   RESERVE_BUCKETS_LUA,
   RESERVE_LUA,
@@ -93,6 +95,8 @@ const scripts = {
   pause: loadedScript('pause', PAUSE_LUA),
   readPause: loadedScript('readPause', READ_PAUSE_LUA),
   learn: loadedScript('learn', LEARN_LUA),
+  claimProbe: loadedScript('claimProbe', CLAIM_PROBE_LUA),
+  releaseProbe: loadedScript('releaseProbe', RELEASE_PROBE_LUA),
   time: loadedScript('time', TIME_LUA),
 };
 
@@ -882,6 +886,20 @@ export class RedisStore implements Store {
       pauseChannel(this.keyPrefix),
     ])) as [string, string];
     return { untilMs: Number(reply[0]), serverNow: Number(reply[1]) };
+  }
+
+  async claimProbe(partition: string, holder: string, ttlMs: number, scope = ''): Promise<boolean> {
+    this.checkOpen();
+    if (typeof ttlMs !== 'number' || !(ttlMs >= 1) || !Number.isFinite(ttlMs))
+      throw invalid('ttlMs', 'a finite number of ms >= 1', ttlMs);
+    const key = `${this.tagOf(partition)}:q:${this.scopeOf(scope)}`;
+    return (await this.runner.evalsha(scripts.claimProbe, 1, [key, holder, String(Math.ceil(ttlMs))])) === 1;
+  }
+
+  async releaseProbe(partition: string, holder: string, scope = ''): Promise<void> {
+    this.checkOpen();
+    const key = `${this.tagOf(partition)}:q:${this.scopeOf(scope)}`;
+    await this.runner.evalsha(scripts.releaseProbe, 1, [key, holder]);
   }
 
   private async learnWith(

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { BudgetReservation } from '../budget/budget-guard.js';
 import { BudgetExceededError } from '../budget/errors.js';
 import type { Clock } from '../clock.js';
@@ -114,6 +115,8 @@ const PAUSE_SLACK_MS = 5;
 const MAX_LATE_RESERVES = 3;
 /** At most this many window calls of one key ask the store at once (see `SharedGate.mayAsk`). */
 const MAX_TURNS = 8;
+/** A gate whose key's probe another gate holds asks for it again this often (ms). */
+const PROBE_RETRY_MS = 50;
 // The clock offset is re-estimated from a fresh sample when the best one is older than this (ms).
 const OFFSET_SAMPLE_MS = 5_000;
 // Learned limits are written again at most this often per key and window (the store keeps them alive).
@@ -154,6 +157,9 @@ interface KeyInfo {
   prober: SharedCall | undefined;
   probeUntil: number;
   probeWaiters: SharedCall[] | undefined;
+  /** This gate holds the store's probe of the key (see `Store.claimProbe`); a claim is on its way. */
+  probeClaimed: boolean;
+  claiming: boolean;
   /** Window calls of this key holding a turn to ask the store (see `mayAsk`), and how many may. */
   asking: number;
   width: number;
@@ -265,6 +271,8 @@ export class SharedGate {
   private readonly adapt: AdaptOptions | false;
   private readonly budget: SharedBudget | undefined;
   private readonly allCores: readonly LimitCore[];
+  /** Who this gate is when it claims a probe in the store (random: never derived from a key). */
+  private readonly probeHolder = randomUUID();
   private readonly globalLevels: readonly StoreLevel[];
   private readonly keyInfos = new Map<string, KeyInfo>();
   private readonly defaultInfo: KeyInfo;
@@ -562,6 +570,8 @@ export class SharedGate {
       prober: undefined,
       probeUntil: 0,
       probeWaiters: undefined,
+      probeClaimed: false,
+      claiming: false,
       asking: 0,
       width: 1,
       head: undefined,
@@ -739,7 +749,12 @@ export class SharedGate {
     }
     call.reservation = d;
     call.storeStartAt = d.startAt;
-    if (d.learned.length > 0) call.info.learnedWindows = true;
+    if (d.learned.length > 0) {
+      call.info.learnedWindows = true;
+      // Another gate's probe taught the limits this reservation is counted in: no need to wait for
+      // this one's answer.
+      if (call.info.prober === call) this.endProbe(call.info, true);
+    }
     this.sampleOffset(call.sentAt, now, d.serverNow);
     const localStart = this.toLocal(d.startAt, now, d.serverNow);
     const pausedUntil = this.pausedUntil(call.info, now);
@@ -907,6 +922,11 @@ export class SharedGate {
    * blind burst would draw one 429 per call beyond the provider's unknown limit; the probe's response
    * tells the limits (shared through the store before the others reserve). The others wait at most
    * PROBE_TIMEOUT_MS (as long as the in-memory gate), or until their deadline.
+   *
+   * One probe among all gates on the store: the first inspected call claims it first, and while
+   * another gate holds it, asks again every PROBE_RETRY_MS (by then that probe's answer is learned,
+   * and this one's reservation is counted in what it taught). Two probes sent together would each
+   * be unseen by the other gate, which would let the provider's first window take one more.
    */
   private heldForProbe(call: SharedCall): boolean {
     const info = call.info;
@@ -919,28 +939,73 @@ export class SharedGate {
       info.probe = 1;
       info.prober = call;
       info.probeUntil = now + PROBE_TIMEOUT_MS;
-      return false;
     }
-    if (call === info.prober) return false;
     if (now >= info.probeUntil) {
       this.endProbe(info, true);
       return false;
     }
+    if (call === info.prober && info.probeClaimed) return false;
+    // Waits: for the probe's answer, or (the prober) for the store's probe; at most until then.
     call.state = 'retrying';
-    info.probeWaiters ??= [];
-    info.probeWaiters.push(call);
     this.enqueueAt(call, Math.min(info.probeUntil, call.deadline));
+    if (call === info.prober) this.claimProbe(info, call);
+    else {
+      info.probeWaiters ??= [];
+      info.probeWaiters.push(call);
+    }
     return true;
+  }
+
+  /** Claim the store's probe for `call`, the key's prober, which waits (see `heldForProbe`). */
+  private claimProbe(info: KeyInfo, call: SharedCall): void {
+    if (info.claiming) return;
+    info.claiming = true;
+    const resume = (claimed: boolean | undefined) => {
+      info.claiming = false;
+      // Gone meanwhile (refused, aborted, closed), or the probe ended.
+      if (info.prober !== call || call.state !== 'retrying' || !this.heap.remove(call)) return;
+      if (claimed === false) {
+        // Another gate probes: ask again shortly (its answer is learned by then, or soon).
+        const now = this.clock.now();
+        this.enqueueAt(call, Math.min(now + PROBE_RETRY_MS, info.probeUntil, call.deadline));
+        return;
+      }
+      // Claimed; or the store failed, and the call goes the way of every call then (it probes,
+      // through the failure policy).
+      info.probeClaimed = true;
+      this.arm();
+      this.submit(call);
+    };
+    let claim: MaybePromise<boolean>;
+    try {
+      claim = this.store.claimProbe(info.partition, this.probeHolder, PROBE_TIMEOUT_MS, info.scope);
+    } catch (error) {
+      this.storeFailed(error);
+      resume(undefined);
+      return;
+    }
+    settleValue(claim, resume, (error) => {
+      this.storeFailed(error);
+      resume(undefined);
+    });
   }
 
   /**
    * The probe of `info` is over: its response came (`answered`), or its call left without being sent
-   * (the next call to come probes instead). The calls that waited for it ask the store, in order.
+   * (the next call to come probes instead). The store's probe is given back, and the calls that
+   * waited for it ask the store, in order.
    */
   private endProbe(info: KeyInfo, answered: boolean): void {
     if (info.probe !== 1) return;
     info.probe = answered ? 2 : 0;
     info.prober = undefined;
+    if (info.probeClaimed) {
+      info.probeClaimed = false;
+      quietly(
+        () => this.store.releaseProbe(info.partition, this.probeHolder, info.scope),
+        (error) => this.storeFailed(error),
+      );
+    }
     const waiters = info.probeWaiters;
     info.probeWaiters = undefined;
     if (waiters === undefined) return;

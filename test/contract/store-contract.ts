@@ -354,6 +354,25 @@ export function storeContract(
       expect(now).toBeGreaterThan(0);
     });
 
+    it('a probe is claimed by one holder at a time, extended by it, given back only by it, and expires', async () => {
+      const store = await make();
+      const p = fresh();
+      expect(await store.claimProbe(p, 'a', 10_000)).toBe(true);
+      expect(await store.claimProbe(p, 'b', 10_000)).toBe(false);
+      // Scopes are separate; the holder claims again (extends).
+      expect(await store.claimProbe(p, 'b', 10_000, 'k')).toBe(true);
+      expect(await store.claimProbe(p, 'a', 10_000)).toBe(true);
+      await store.releaseProbe(p, 'b');
+      expect(await store.claimProbe(p, 'b', 10_000)).toBe(false);
+      await store.releaseProbe(p, 'a');
+      expect(await store.claimProbe(p, 'b', 30)).toBe(true);
+      await new Promise((resolve) => setTimeout(resolve, 80));
+      expect(await store.claimProbe(p, 'a', 10_000)).toBe(true);
+      await expect(Promise.resolve().then(() => store.claimProbe(p, 'a', 0))).rejects.toThrow(
+        'Expected `ttlMs` to be a finite number of ms >= 1, got `0` (number)',
+      );
+    });
+
     it('learning a known limit again tops its log up to what the provider says is used, never down', async () => {
       const store = await make();
       const p = fresh();
