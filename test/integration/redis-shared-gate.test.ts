@@ -13,6 +13,7 @@ import { createSharedGate, type SharedGate } from '../../src/redis/shared-gate.j
 import type { SharedGateOptions } from '../../src/redis/shared-gate-options.js';
 import type { Store } from '../../src/redis/store.js';
 import { startSimulatedApi } from '../../src/testing/simulated-api.js';
+import { learnedWindowStarts } from '../helpers/learned-window.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 import { REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
 
@@ -274,35 +275,11 @@ describe('shared gate on a memory store', () => {
     async (arrivalMarginMs, expected) => {
       const { clock, gate } = setup();
       const g = gate({ limits: [], arrivalMarginMs });
-      const sent: number[] = [];
-      const answer: (() => void)[] = [];
-      // The provider: 2 requests per 1000 ms, which the first answer states (1 left); the others repeat the policy.
-      const fn = () =>
-        new Promise<Inspection>((resolve) => {
-          const n = sent.push(clock.now() - T0) - 1;
-          const headers: Record<string, string> = { 'ratelimit-policy': '"w";q=2;w=1' };
-          if (n === 0) headers['ratelimit'] = '"w";r=1;t=1';
-          answer.push(() => resolve(ok(headers)));
-        });
-      const calls = Array.from({ length: 4 }, () =>
-        g.schedule(fn, { inspect: (r: Inspection) => r, maxQueueTimeMs: 10_000 }),
+      const sent = await learnedWindowStarts(
+        clock,
+        (fn) => g.schedule(fn, { inspect: (r: Inspection) => r, maxQueueTimeMs: 10_000 }),
+        flush,
       );
-      await flush();
-      clock.advance(30);
-      answer[0]!(); // the probe's answer, at 30
-      await flush();
-      clock.advance(100);
-      answer[1]!(); // the call started at 30 answers at 130: the provider may have counted it then
-      await flush();
-      // The others answer as soon as they start.
-      for (let step = 0; step < 300 && sent.length < 4; step++) {
-        clock.advance(10);
-        await flush();
-        for (let i = 2; i < sent.length; i++) answer[i]!();
-        await flush();
-      }
-      for (let i = 2; i < sent.length; i++) answer[i]!();
-      await Promise.all(calls);
       // The probe's unit is counted from its answer (30) and leaves at 1030. Without a margin the
       // second call's leaves a window after its start (1030); with one, after its answer (130).
       expect(sent).toEqual(expected);

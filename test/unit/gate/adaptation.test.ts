@@ -3,6 +3,7 @@ import { createBudgetGuard } from '../../../src/budget/budget-guard.js';
 import type { LimitSpec } from '../../../src/core/limit.js';
 import { RateLimitedError } from '../../../src/errors.js';
 import { createGate, type Inspection } from '../../../src/gate/gate.js';
+import { type LearnedWindowResponse, learnedWindowStarts } from '../../helpers/learned-window.js';
 import { ManualClock } from '../../helpers/manual-clock.js';
 
 const flush = async () => {
@@ -686,37 +687,16 @@ describe('gate: arrival margin', () => {
     async (arrivalMarginMs, expected) => {
       const clock = new ManualClock(0);
       const gate = createGate({ clock, arrivalMarginMs });
-      const startedAt: number[] = [];
-      const settle: (() => void)[] = [];
-      // The provider: 2 requests per 1000 ms, which the first response states (the others repeat the policy).
-      const fn = () =>
-        new Promise<FakeResponse>((resolve) => {
-          const i = startedAt.length;
-          startedAt.push(clock.now());
-          const headers: Record<string, string> = { 'ratelimit-policy': '"w";q=2;w=1' };
-          if (i === 0) headers['ratelimit'] = '"w";r=1;t=1';
-          settle.push(() => resolve({ status: 200, headers }));
-        });
-      const inspect = (r: FakeResponse): Inspection => ({ status: r.status, headers: r.headers });
-      const done = Array.from({ length: 4 }, () => gate.schedule(fn, { key: 'api', inspect }));
-      await flush();
-      clock.advance(30);
-      settle[0]!(); // the probe's answer: 2 per second, 1 left, counted from now
-      await flush();
-      expect(gate.stats('api').partition.adaptive).toContainEqual(
-        expect.objectContaining({ algorithm: 'sliding-log', limit: 2, intervalMs: 1000 }),
+      const inspect = (r: LearnedWindowResponse): Inspection => r;
+      const startedAt = await learnedWindowStarts(
+        clock,
+        (fn) => gate.schedule(fn, { key: 'api', inspect }),
+        flush,
+        () =>
+          expect(gate.stats('api').partition.adaptive).toContainEqual(
+            expect.objectContaining({ algorithm: 'sliding-log', limit: 2, intervalMs: 1000 }),
+          ),
       );
-      clock.advance(100); // the call started at 30 answers at 130: the provider may have counted it then
-      settle[1]!();
-      await flush();
-      // The others answer as soon as they start.
-      for (let step = 0; step < 200 && startedAt.length < 4; step++) {
-        clock.advance(10);
-        await flush();
-        for (let i = 2; i < startedAt.length; i++) settle[i]!();
-        await flush();
-      }
-      await Promise.all(done);
       // The probe's unit is counted from its answer (30) and leaves at 1030. Without a margin the
       // second call's leaves a window after its start (1030); with one, after its answer (130).
       expect(startedAt).toEqual(expected);
