@@ -196,7 +196,15 @@ interface SharedCall extends HeapEntry {
    * that is not recounted (a recount counts a late call from its response anyway).
    */
   lateMatters: boolean;
-  /** A window call holding a turn to ask the store (see `mayAsk`). */
+  /**
+   * The call reserves only a start that has come (within lateToleranceMs), asking the store in
+   * turns with its key's other such calls (see `mayAsk`): a window call (`recounts`: a reservation
+   * made ahead could not see the recounts before it), and a call charged on both gate-wide and
+   * per-key levels (reserved ahead for a start its key's limit puts far off, it would take a
+   * gate-wide slot then, and every other key's calls would queue behind it).
+   */
+  whenDue: boolean;
+  /** A call holding a turn to ask the store (see `mayAsk`). */
   turn: boolean;
   onAbort: (() => void) | undefined;
   resolve: (value: unknown) => void;
@@ -411,6 +419,9 @@ export class SharedGate {
       const info = key === undefined ? this.defaultInfo : this.infoFor(key);
       const costs = this.costsFor(cost, info.levels);
       const recounts = this.o.arrivalMarginMs > 0 && info.windows.some((i) => costs[i] !== 0);
+      const g = this.globalLevels.length;
+      const crossKey =
+        g > 0 && costs.some((c, i) => i < g && c !== 0) && costs.some((c, i) => i >= g && c !== 0);
       if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));
       if (info.queued >= this.o.maxQueue) throw new QueueFullError(this.o.maxQueue, key);
       let resolve!: (value: unknown) => void;
@@ -435,6 +446,7 @@ export class SharedGate {
         hasUntimed: info.untimed.length > 0 && info.untimed.some((i) => costs[i] !== 0),
         recounts,
         lateMatters: !recounts || info.buckets.some((i) => costs[i] !== 0),
+        whenDue: recounts || crossKey,
         turn: false,
         onAbort: undefined,
         onReleased: undefined,
@@ -660,9 +672,10 @@ export class SharedGate {
     if (!call.recounts && call.info.learnedWindows && this.o.arrivalMarginMs > 0) {
       // Learned limits are sliding logs: counted from the response, like a configured window.
       call.recounts = true;
+      call.whenDue = true;
       call.lateMatters = call.info.buckets.some((i) => call.costs[i] !== 0);
     }
-    if (call.recounts && !this.mayAsk(call)) return;
+    if (call.whenDue && !this.mayAsk(call)) return;
     const now = this.clock.now();
     // A paused call asks the store when the pause ends: reserved now, it would take its slot of the
     // gate-wide limits at the pause's end, and every other key's calls would queue behind it.
@@ -674,17 +687,16 @@ export class SharedGate {
     call.state = 'reserving';
     call.sentAt = now;
     let decision: MaybePromise<StoreDecision>;
-    // A call on a window limit reserves only a start that has come (within lateToleranceMs), and
-    // otherwise asks again when the store says a slot frees: by then the calls before it are
-    // recounted from their responses, which a reservation made ahead of them could not see. (The
-    // calls of one key ask in turns, see mayAsk.)
+    // A call on a window limit, or on gate-wide and per-key limits, reserves only a start that has
+    // come (within lateToleranceMs), and otherwise asks again when the store says a slot frees (see
+    // SharedCall.whenDue; the calls of one key ask in turns, see mayAsk).
     const maxWaitMs = Math.max(0, call.deadline - now);
     try {
       decision = this.store.reserve(
         call.info.partition,
         call.info.levels,
         call.costs,
-        call.recounts ? Math.min(maxWaitMs, this.o.lateToleranceMs) : maxWaitMs,
+        call.whenDue ? Math.min(maxWaitMs, this.o.lateToleranceMs) : maxWaitMs,
         {
           scope: call.info.scope,
           ...(call.units === undefined ? {} : { units: call.units }),
@@ -821,7 +833,7 @@ export class SharedGate {
   }
 
   /**
-   * Window calls of one key ask the store in turns, in schedule order: `width` of them at a time,
+   * The `whenDue` calls of one key ask the store in turns, in schedule order: `width` of them at a time,
    * doubling (up to `MAX_TURNS`) while the store admits them and back to 1 when it names a later
    * slot. Then one call keeps its turn and waits for that slot; the others wait here without asking
    * (were they all to ask whenever a slot frees, all but one would be refused, at every slot).
@@ -836,6 +848,13 @@ export class SharedGate {
       // The call ahead starts no earlier than its slot, and this one no earlier than that.
       this.refuse(call, deadlineError(call, head.at, call.attempt === 0));
       return false;
+    }
+    if (info.asking < info.width && info.behindHead === info.behind.length) {
+      // Nobody waits for a turn: this one asks at once, as a call that needs no turn does (its
+      // deadline is the store's bound: a maxQueueTimeMs of 0 asks for a start now).
+      call.turn = true;
+      info.asking++;
+      return true;
     }
     this.putBack(call);
     this.pump(info);
