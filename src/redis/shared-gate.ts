@@ -964,49 +964,82 @@ export class SharedGate {
       return false;
     }
     if (call === info.prober && info.probeClaimed) return false;
-    // Waits: for the probe's answer, or (the prober) for the store's probe; at most until then.
     call.state = 'retrying';
-    this.enqueueAt(call, Math.min(info.probeUntil, call.deadline));
-    if (call === info.prober) this.claimProbe(info, call);
-    else {
-      info.probeWaiters ??= [];
-      info.probeWaiters.push(call);
+    if (call === info.prober) {
+      // Waits for the store's probe, at most until the probe's end: the claim's round trip is no
+      // more a wait than the reservation's (a maxQueueTimeMs of 0 still probes at once).
+      this.enqueueAt(call, info.probeUntil);
+      this.claimProbe(info);
+      return true;
     }
+    // Waits for the probe's answer, at most until the probe's end or its deadline.
+    this.enqueueAt(call, Math.min(info.probeUntil, call.deadline));
+    info.probeWaiters ??= [];
+    info.probeWaiters.push(call);
     return true;
   }
 
-  /** Claim the store's probe for `call`, the key's prober, which waits (see `heldForProbe`). */
-  private claimProbe(info: KeyInfo, call: SharedCall): void {
+  /**
+   * Claim the store's probe for the key's prober, which waits (see `heldForProbe`). One claim at a
+   * time per key: its answer serves whichever call is the prober then (a prober that left while it
+   * was on its way hands the probe to the next one, or gives a claim won back).
+   */
+  private claimProbe(info: KeyInfo): void {
     if (info.claiming) return;
-    info.claiming = true;
-    const resume = (claimed: boolean | undefined) => {
-      info.claiming = false;
-      // Gone meanwhile (refused, aborted, closed), or the probe ended.
-      if (info.prober !== call || call.state !== 'retrying' || !this.heap.remove(call)) return;
-      if (claimed === false) {
-        // Another gate probes: ask again shortly (its answer is learned by then, or soon).
-        const now = this.clock.now();
-        this.enqueueAt(call, Math.min(now + PROBE_RETRY_MS, info.probeUntil, call.deadline));
-        return;
-      }
-      // Claimed; or the store failed, and the call goes the way of every call then (it probes,
-      // through the failure policy).
-      info.probeClaimed = true;
-      this.arm();
-      this.submit(call);
-    };
-    let claim: MaybePromise<boolean>;
-    try {
-      claim = this.store.claimProbe(info.partition, this.probeHolder, PROBE_TIMEOUT_MS, info.scope);
-    } catch (error) {
-      this.storeFailed(error);
-      resume(undefined);
+    const store = this.store;
+    // A store without probe claims (one written before them): each gate probes for itself.
+    if (typeof store.claimProbe !== 'function') {
+      this.claimed(info, true);
       return;
     }
-    settleValue(claim, resume, (error) => {
+    info.claiming = true;
+    let claim: MaybePromise<boolean>;
+    try {
+      claim = store.claimProbe(info.partition, this.probeHolder, PROBE_TIMEOUT_MS, info.scope);
+    } catch (error) {
       this.storeFailed(error);
-      resume(undefined);
-    });
+      this.claimed(info, undefined);
+      return;
+    }
+    settleValue(
+      claim,
+      (won) => this.claimed(info, won),
+      (error) => {
+        this.storeFailed(error);
+        this.claimed(info, undefined);
+      },
+    );
+  }
+
+  /** A probe claim's answer (`undefined`: the store failed, and the prober goes the way of every call). */
+  private claimed(info: KeyInfo, won: boolean | undefined): void {
+    info.claiming = false;
+    const prober = info.prober;
+    const waiting =
+      info.probe === 1 && prober !== undefined && prober.state === 'retrying' && this.heap.remove(prober);
+    if (!waiting) {
+      // Nobody waits to probe (the probe ended, or its call left and none took over): give it back.
+      if (won === true && !info.probeClaimed) this.releaseProbe(info);
+      return;
+    }
+    if (won === false) {
+      // Another gate probes: ask again shortly (its answer is learned by then, or soon).
+      const now = this.clock.now();
+      this.enqueueAt(prober, Math.min(now + PROBE_RETRY_MS, info.probeUntil, prober.deadline));
+      return;
+    }
+    info.probeClaimed = true;
+    this.arm();
+    this.submit(prober);
+  }
+
+  private releaseProbe(info: KeyInfo): void {
+    const store = this.store;
+    if (typeof store.releaseProbe !== 'function') return;
+    quietly(
+      () => store.releaseProbe!(info.partition, this.probeHolder, info.scope),
+      (error) => this.storeFailed(error),
+    );
   }
 
   /**
@@ -1020,10 +1053,7 @@ export class SharedGate {
     info.prober = undefined;
     if (info.probeClaimed) {
       info.probeClaimed = false;
-      quietly(
-        () => this.store.releaseProbe(info.partition, this.probeHolder, info.scope),
-        (error) => this.storeFailed(error),
-      );
+      this.releaseProbe(info);
     }
     const waiters = info.probeWaiters;
     info.probeWaiters = undefined;

@@ -178,11 +178,11 @@ export interface Store {
    * Claim the probe of `partition` (and scope) for `ttlMs`: true when no other holder has it, and
    * `holder` has it now (claiming again extends it). Gates that know nothing of a provider send one
    * probe among them: the others wait for its answer, learned into the store, instead of sending
-   * theirs unseen by each other.
+   * theirs unseen by each other. Optional: with a store that has none, each gate probes for itself.
    */
-  claimProbe(partition: string, holder: string, ttlMs: number, scope?: string): MaybePromise<boolean>;
+  claimProbe?(partition: string, holder: string, ttlMs: number, scope?: string): MaybePromise<boolean>;
   /** Give the probe back, if `holder` still has it. */
-  releaseProbe(partition: string, holder: string, scope?: string): MaybePromise<void>;
+  releaseProbe?(partition: string, holder: string, scope?: string): MaybePromise<void>;
   /** How long a learned limit lasts unless learned again (ms); a gate re-learns well within it. */
   readonly learnedTtlMs?: number;
   /** The store's clock (ms); for Redis one round trip (a health probe). */

@@ -257,6 +257,67 @@ describe('shared gate on a memory store', () => {
     for (const t of times) expect(times.filter((u) => u >= t && u < t + 1000).length).toBeLessThanOrEqual(3);
   });
 
+  /** A memory store on `clock` whose probe claims answer `claimMs` later (a round trip to Redis). */
+  function slowClaims(claimMs: number) {
+    const clock = new ManualClock(T0);
+    const memory = new MemoryStore({ clock });
+    const store: Store = Object.create(memory);
+    store.claimProbe = (...args: Parameters<MemoryStore['claimProbe']>) =>
+      new Promise<boolean>((resolve) => clock.setTimeout(() => resolve(memory.claimProbe(...args)), claimMs));
+    const sent: [string, number][] = [];
+    const call = (name: string) => () =>
+      new Promise<Inspection>((resolve) => {
+        sent.push([name, clock.now() - T0]);
+        clock.setTimeout(() => resolve(ok()), 50);
+      });
+    return { clock, memory, store, sent, call };
+  }
+
+  it('a prober that leaves while its claim is on its way hands the probe to the next call', async () => {
+    const { clock, memory, store, sent, call } = slowClaims(20);
+    const g = createSharedGate({ store, clock });
+    const inspect = (r: Inspection) => r;
+    const controller = new AbortController();
+    const first = g.schedule(call('first'), { inspect, signal: controller.signal });
+    const second = g.schedule(call('second'), { inspect });
+    await flush();
+    clock.advance(5);
+    controller.abort('not needed');
+    await expect(first).rejects.toBeInstanceOf(AbortedError);
+    // The claim sent for the first call answers at 20 and serves the second: not 2 s later.
+    for (let t = 0; t < 100; t += 5) {
+      await flush();
+      clock.advance(5);
+    }
+    await second;
+    expect(sent).toEqual([['second', 20]]);
+    // Its answer ended the probe, and the claim went back: another gate may claim at once.
+    expect(memory.claimProbe('~default', 'another gate', 1000)).toBe(true);
+  });
+
+  it('a first call with maxQueueTimeMs 0 probes once its claim answers: the round trip is not a wait', async () => {
+    const { clock, store, sent, call } = slowClaims(20);
+    const g = createSharedGate({ store, clock });
+    const only = g.schedule(call('only'), { inspect: (r: Inspection) => r, maxQueueTimeMs: 0 });
+    for (let t = 0; t < 100; t += 5) {
+      await flush();
+      clock.advance(5);
+    }
+    expect((await only).status).toBe(200);
+    expect(sent).toEqual([['only', 20]]);
+  });
+
+  it('a store without probe claims (written before them) probes each gate for itself, and stays up', async () => {
+    const { clock, gate } = setup();
+    const store = Object.create(new MemoryStore({ clock })) as MemoryStore;
+    Object.assign(store, { claimProbe: undefined, releaseProbe: undefined });
+    const g = gate({ store, limits: [] });
+    const answer = g.schedule(async () => ok(), { inspect: (r: Inspection) => r });
+    await flush();
+    expect((await answer).status).toBe(200);
+    expect(g.stats()).toMatchObject({ storeUp: true, started: 1 });
+  });
+
   it('a probe that is never answered holds the others no longer than 2 s', async () => {
     const provider = unknownProvider(50, (n) => n === 0);
     const [, second, third] = [provider.call(), provider.call(), provider.call()];
