@@ -90,7 +90,10 @@ export interface SharedPauseEvent {
 }
 
 export interface SharedGateStats {
-  /** Calls of this process waiting for their start (reserving, holding a reservation, or retrying). */
+  /**
+   * Calls of this process waiting for their start (reserving, holding a reservation, retrying, or
+   * queued in the local fallback).
+   */
   readonly queued: number;
   /** Calls of this process started and not yet settled. */
   readonly inFlight: number;
@@ -318,6 +321,8 @@ export class SharedGate {
   private unrefunded: StoreReservation[] = [];
   private queuedTotal = 0;
   private inFlight = 0;
+  /** Calls handed to the local fallback that it has not started yet. */
+  private fallbackQueued = 0;
   /**
    * Calls holding a budget reservation, counted from the reserve's request until the ledger has
    * answered its settle or release (an async inspection, or a Redis round trip, ends after the
@@ -503,7 +508,7 @@ export class SharedGate {
 
   stats(): SharedGateStats {
     return {
-      queued: this.queuedTotal,
+      queued: this.queuedTotal + this.fallbackQueued,
       inFlight: this.inFlight,
       started: this.started,
       storeUp: this.up,
@@ -1580,11 +1585,16 @@ export class SharedGate {
     call.state = 'running';
     this.dequeued(call);
     this.fallbackCalls++;
-    this.started++;
-    this.inFlight++;
+    // Queued in the fallback until it starts the call: counted as queued here until then.
+    this.fallbackQueued++;
     let sent = false;
     let seen: Inspection | undefined;
     const fn = () => {
+      if (!sent) {
+        this.fallbackQueued--;
+        this.started++;
+        this.inFlight++;
+      }
       sent = true;
       // Started by the fallback after the store came back: counted there too.
       if (this.up)
@@ -1618,18 +1628,24 @@ export class SharedGate {
     };
     this.fallback!.schedule(fn, options).then(
       (value) => {
-        this.inFlight--;
+        this.leftFallback(sent);
         this.settleBudget(call, seen?.actualPriceMicros ?? call.priceMicros);
         this.settle(call, value, true);
       },
       (error: unknown) => {
-        this.inFlight--;
+        this.leftFallback(sent);
         const rateLimited = error instanceof RateLimitedError;
         if (!sent) this.releaseBudget(call);
         else this.settleBudget(call, rateLimited ? (seen?.actualPriceMicros ?? 0) : call.priceMicros);
         this.settle(call, error, false);
       },
     );
+  }
+
+  /** A call handed to the fallback settled: it ran there (`sent`), or was refused while queued. */
+  private leftFallback(sent: boolean): void {
+    if (sent) this.inFlight--;
+    else this.fallbackQueued--;
   }
 
   // --- settling --------------------------------------------------------------------------------------
@@ -1735,7 +1751,9 @@ export class SharedGate {
   private settledForClose(): boolean {
     // budgetHeld: an async inspection (a body read for its price) or a ledger answer ends after
     // its call left inFlight; the in-memory gate waits for its budget too.
-    return this.queuedTotal === 0 && this.inFlight === 0 && this.budgetHeld === 0;
+    return (
+      this.queuedTotal === 0 && this.fallbackQueued === 0 && this.inFlight === 0 && this.budgetHeld === 0
+    );
   }
 
   private maybeClosed(): void {

@@ -775,6 +775,8 @@ describe('shared gate on a memory store', () => {
     // three starts at once, at 1000 ms; the others would wait for 1200 and 1400).
     const [now, ...queued] = [0, 1, 2].map(() => gate.schedule(() => starts.push(clock.now() - T0)));
     await flush();
+    // Two wait in the fallback: queued, not started nor in flight.
+    expect(gate.stats()).toMatchObject({ queued: 2, inFlight: 0, started: 4, fallbackCalls: 6 });
     const refused = queued.map((call) => expect(call).rejects.toBeInstanceOf(GateClosedError));
     await gate.close({ queued: 'reject' });
     await Promise.all(refused);
