@@ -199,15 +199,7 @@ interface SharedCall extends HeapEntry {
    * that is not recounted (a recount counts a late call from its response anyway).
    */
   lateMatters: boolean;
-  /**
-   * The call reserves only a start that has come (within lateToleranceMs), asking the store in
-   * turns with its key's other such calls (see `mayAsk`): a window call (`recounts`: a reservation
-   * made ahead could not see the recounts before it), and a call charged on both gate-wide and
-   * per-key levels (reserved ahead for a start its key's limit puts far off, it would take a
-   * gate-wide slot then, and every other key's calls would queue behind it).
-   */
-  whenDue: boolean;
-  /** A call holding a turn to ask the store (see `mayAsk`). */
+  /** A window call holding a turn to ask the store (see `mayAsk`). */
   turn: boolean;
   onAbort: (() => void) | undefined;
   resolve: (value: unknown) => void;
@@ -424,9 +416,6 @@ export class SharedGate {
       const info = key === undefined ? this.defaultInfo : this.infoFor(key);
       const costs = this.costsFor(cost, info.levels);
       const recounts = this.o.arrivalMarginMs > 0 && info.windows.some((i) => costs[i] !== 0);
-      const g = this.globalLevels.length;
-      const crossKey =
-        g > 0 && costs.some((c, i) => i < g && c !== 0) && costs.some((c, i) => i >= g && c !== 0);
       if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));
       if (info.queued >= this.o.maxQueue) throw new QueueFullError(this.o.maxQueue, key);
       let resolve!: (value: unknown) => void;
@@ -451,7 +440,6 @@ export class SharedGate {
         hasUntimed: info.untimed.length > 0 && info.untimed.some((i) => costs[i] !== 0),
         recounts,
         lateMatters: !recounts || info.buckets.some((i) => costs[i] !== 0),
-        whenDue: recounts || crossKey,
         turn: false,
         onAbort: undefined,
         onReleased: undefined,
@@ -677,10 +665,9 @@ export class SharedGate {
     if (!call.recounts && call.info.learnedWindows && this.o.arrivalMarginMs > 0) {
       // Learned limits are sliding logs: counted from the response, like a configured window.
       call.recounts = true;
-      call.whenDue = true;
       call.lateMatters = call.info.buckets.some((i) => call.costs[i] !== 0);
     }
-    if (call.whenDue && !this.mayAsk(call)) return;
+    if (call.recounts && !this.mayAsk(call)) return;
     const now = this.clock.now();
     // A paused call asks the store when the pause ends: reserved now, it would take its slot of the
     // gate-wide limits at the pause's end, and every other key's calls would queue behind it.
@@ -692,16 +679,17 @@ export class SharedGate {
     call.state = 'reserving';
     call.sentAt = now;
     let decision: MaybePromise<StoreDecision>;
-    // A call on a window limit, or on gate-wide and per-key limits, reserves only a start that has
-    // come (within lateToleranceMs), and otherwise asks again when the store says a slot frees (see
-    // SharedCall.whenDue; the calls of one key ask in turns, see mayAsk).
+    // A call on a window limit reserves only a start that has come (within lateToleranceMs), and
+    // otherwise asks again when the store says a slot frees: by then the calls before it are
+    // recounted from their responses, which a reservation made ahead of them could not see. (The
+    // calls of one key ask in turns, see mayAsk.)
     const maxWaitMs = Math.max(0, call.deadline - now);
     try {
       decision = this.store.reserve(
         call.info.partition,
         call.info.levels,
         call.costs,
-        call.whenDue ? Math.min(maxWaitMs, this.o.lateToleranceMs) : maxWaitMs,
+        call.recounts ? Math.min(maxWaitMs, this.o.lateToleranceMs) : maxWaitMs,
         {
           scope: call.info.scope,
           ...(call.units === undefined ? {} : { units: call.units }),
@@ -838,7 +826,7 @@ export class SharedGate {
   }
 
   /**
-   * The `whenDue` calls of one key ask the store in turns, in schedule order: `width` of them at a time,
+   * Window calls of one key ask the store in turns, in schedule order: `width` of them at a time,
    * doubling (up to `MAX_TURNS`) while the store admits them and back to 1 when it names a later
    * slot. Then one call keeps its turn and waits for that slot; the others wait here without asking
    * (were they all to ask whenever a slot frees, all but one would be refused, at every slot).
