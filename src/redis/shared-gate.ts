@@ -678,36 +678,51 @@ export class SharedGate {
     }
     call.state = 'reserving';
     call.sentAt = now;
-    let decision: MaybePromise<StoreDecision>;
     // A call on a window limit reserves only a start that has come (within lateToleranceMs), and
     // otherwise asks again when the store says a slot frees: by then the calls before it are
     // recounted from their responses, which a reservation made ahead of them could not see. (The
     // calls of one key ask in turns, see mayAsk.)
     const maxWaitMs = Math.max(0, call.deadline - now);
-    try {
-      decision = this.store.reserve(
-        call.info.partition,
-        call.info.levels,
-        call.costs,
-        call.recounts ? Math.min(maxWaitMs, this.o.lateToleranceMs) : maxWaitMs,
-        {
-          scope: call.info.scope,
-          ...(call.units === undefined ? {} : { units: call.units }),
-        },
-      );
-    } catch (error) {
-      this.storeFailed(error);
-      this.failover(call, error);
-      return;
-    }
-    settleValue(
-      decision,
+    this.ask(
+      () =>
+        this.store.reserve(
+          call.info.partition,
+          call.info.levels,
+          call.costs,
+          call.recounts ? Math.min(maxWaitMs, this.o.lateToleranceMs) : maxWaitMs,
+          {
+            scope: call.info.scope,
+            ...(call.units === undefined ? {} : { units: call.units }),
+          },
+        ),
       (d) => this.decided(call, d),
       (error) => {
-        this.storeFailed(error);
         if (call.state === 'reserving') this.failover(call, error);
       },
     );
+  }
+
+  /**
+   * Run a store command: its answer goes to `onValue`; a failure, thrown or rejected, marks the
+   * store failed and goes to `onFailed`.
+   */
+  private ask<T>(
+    command: () => MaybePromise<T>,
+    onValue: (value: T) => void,
+    onFailed: (error: unknown) => void,
+  ): void {
+    let answer: MaybePromise<T>;
+    try {
+      answer = command();
+    } catch (error) {
+      this.storeFailed(error);
+      onFailed(error);
+      return;
+    }
+    settleValue(answer, onValue, (error) => {
+      this.storeFailed(error);
+      onFailed(error);
+    });
   }
 
   private decided(call: SharedCall, d: StoreDecision): void {
@@ -986,21 +1001,10 @@ export class SharedGate {
       return;
     }
     info.claiming = true;
-    let claim: MaybePromise<boolean>;
-    try {
-      claim = store.claimProbe(info.partition, this.probeHolder, PROBE_TIMEOUT_MS, info.scope);
-    } catch (error) {
-      this.storeFailed(error);
-      this.claimed(info, undefined);
-      return;
-    }
-    settleValue(
-      claim,
+    this.ask(
+      () => store.claimProbe!(info.partition, this.probeHolder, PROBE_TIMEOUT_MS, info.scope),
       (won) => this.claimed(info, won),
-      (error) => {
-        this.storeFailed(error);
-        this.claimed(info, undefined);
-      },
+      () => this.claimed(info, undefined),
     );
   }
 
