@@ -259,6 +259,9 @@ export class MemoryStore implements Store {
     }
     const states: unknown[] = [];
     let startAt = from;
+    // The start the shared levels allow (those before ownFrom; see ReserveOptions.ownFrom).
+    const ownFrom = options?.ownFrom ?? Infinity;
+    let sharedAt = from;
     let blocked: 'concurrency' | 'capacity' | undefined;
     for (let i = 0; i < cores.length; i++) {
       const cost = charges[i]!;
@@ -268,11 +271,17 @@ export class MemoryStore implements Store {
       states[i] = state;
       const at = core.earliestAt(state, cost, from);
       if (at === Infinity) blocked = core.timed ? 'capacity' : 'concurrency';
-      else if (at > startAt) startAt = at;
+      else {
+        if (at > startAt) startAt = at;
+        if (i < ownFrom && at > sharedAt) sharedAt = at;
+      }
     }
     if (blocked !== undefined) return { ok: false, retryAfterMs: Infinity, reason: blocked, serverNow: now };
     // A deadline already past is a bound of 0 (as in Redis).
-    if (startAt - now > Math.max(0, maxWaitMs)) {
+    if (
+      startAt - now > Math.max(0, maxWaitMs) ||
+      (startAt > sharedAt && startAt - now > Math.max(0, options?.ownWaitMs ?? 0))
+    ) {
       return { ok: false, retryAfterMs: startAt - now, reason: 'wait', serverNow: now };
     }
     const part = p ?? this.partitionOf(partition);

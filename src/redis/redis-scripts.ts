@@ -527,8 +527,8 @@ end
  * KEYS: level state keys (n), then the meta hashes (m): the partition's ('-'), and the call's scope's
  *   when it has one (its pause and learned limits are read from the last).
  * ARGV: nowOverride ('' = TIME), maxWaitMs (-1 = none), n, m, reservation id (concurrency leases),
- *   concurrency lease ms, minTtlMs, '', '', learned unit costs ('unit cost unit cost ...'), then 5
- *   values per level.
+ *   concurrency lease ms, minTtlMs, shared levels and ownWaitMs ('' '' = none; see
+ *   ReserveOptions.ownFrom), learned unit costs ('unit cost unit cost ...'), then 5 values per level.
  * Reply: {1, startAt, now, mark_1..mark_n, learnedCount, (id, cost, mark)...} or
  *   {0, waitMs (-1: unpredictable), reason, now}.
  */
@@ -579,6 +579,12 @@ for j = 1, #meta, 2 do
 end
 
 local startAt = from
+-- The start the shared levels allow: the first ARGV 8 levels ('' = all), see ReserveOptions.ownFrom
+-- (learned levels are the call's own). A call whose own levels alone hold it more than ARGV 9 ms
+-- past now and past that start waits for them unreserved.
+local shared = tonumber(ARGV[8]) or INF
+local ownWait = tonumber(ARGV[9]) or INF
+local sharedAt = from
 local blocked = nil
 for i = 1, #levels do
   local L = levels[i]
@@ -587,14 +593,15 @@ for i = 1, #levels do
     local at = earliest(L, states[i], L.cost, from)
     if at == INF then
       if L.algo == 'cc' then blocked = 'concurrency' else blocked = 'capacity' end
-    elseif at > startAt then
-      startAt = at
+    else
+      if at > startAt then startAt = at end
+      if i <= shared and at > sharedAt then sharedAt = at end
     end
   end
 end
 if blocked then return { 0, '-1', blocked, fmt(now) } end
 -- waitMs = startAt - now: how long the call would wait for its start.
-if maxWait >= 0 and startAt - now > maxWait then
+if (maxWait >= 0 and startAt - now > maxWait) or (startAt > sharedAt and startAt - now > ownWait) then
   return { 0, fmt(startAt - now), 'wait', fmt(now) }
 end
 

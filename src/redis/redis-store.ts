@@ -474,7 +474,7 @@ export class RedisStore implements Store {
     template[1] = template.length - 2;
     const at = template.length;
     // nowOverride, maxWaitMs, id and units are filled per call (see reserveWith).
-    // The scripts read the key tag and scope from the meta key (ARGV 8 and 9 stay empty).
+    // ARGV 8 and 9 (ReserveOptions.ownFrom) are filled per call when given.
     template.push(
       '',
       '',
@@ -520,7 +520,9 @@ export class RedisStore implements Store {
   ): Promise<StoreDecision> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
     const shape = this.shapeOf(partition, options?.scope ?? '', levels);
-    if (!shape.buckets) return this.reserveGeneral(shape, nowArg, partition, costs, maxWaitMs, options);
+    // The bucket scripts have no shared/own split (ReserveOptions.ownFrom): the general one does.
+    if (!shape.buckets || options?.ownFrom !== undefined)
+      return this.reserveGeneral(shape, nowArg, partition, costs, maxWaitMs, options);
     return new Promise<StoreDecision>((resolve, reject) => {
       const queued: Queued = {
         shape,
@@ -763,6 +765,10 @@ export class RedisStore implements Store {
     // -1 means no bound; a deadline already past is a bound of 0.
     args[at + 1] = Number.isFinite(maxWaitMs) ? String(Math.max(0, maxWaitMs)) : '-1';
     if (shape.leased) args[at + 4] = id;
+    if (options?.ownFrom !== undefined) {
+      args[at + 7] = String(options.ownFrom);
+      args[at + 8] = String(Math.max(0, options.ownWaitMs ?? 0));
+    }
     const units = options?.units;
     if (units !== undefined) {
       let text = '';

@@ -144,6 +144,11 @@ interface KeyInfo {
   readonly windows: readonly number[];
   /** Indexes of token and leaky bucket levels (their slots are spaced: a late start matters). */
   readonly buckets: readonly number[];
+  /**
+   * With gate-wide and per-key limits, the index of the key's first level (the gate-wide ones come
+   * first): see `SharedCall.ownWaits`.
+   */
+  readonly ownFrom: number | undefined;
   queued: number;
   learned: Map<string, { limit: number; at: number }> | undefined;
   /**
@@ -163,12 +168,15 @@ interface KeyInfo {
   /** This gate holds the store's probe of the key (see `Store.claimProbe`); a claim is on its way. */
   probeClaimed: boolean;
   claiming: boolean;
-  /** Window calls of this key holding a turn to ask the store (see `mayAsk`), and how many may. */
+  /**
+   * Calls of this key holding a turn to ask the store (window calls, and calls that wait for their
+   * key's own limit, `ownWaits`; see `mayAsk`), and how many may.
+   */
   asking: number;
   width: number;
   /** The call holding a turn while it waits for the slot the store named (the others wait behind). */
   head: SharedCall | undefined;
-  /** Window calls waiting for a turn, in schedule order (`seq`) from `behindHead`. */
+  /** Calls waiting for a turn, in schedule order (`seq`) from `behindHead`. */
   behind: SharedCall[];
   behindHead: number;
   /** `pump` is running further up the stack (a synchronous store answers inside `submit`). */
@@ -195,11 +203,18 @@ interface SharedCall extends HeapEntry {
    */
   recounts: boolean;
   /**
+   * The call is charged on gate-wide levels and on its key's bucket levels: it is reserved ahead
+   * only when the gate-wide levels decide its start (`ReserveOptions.ownFrom`). When its key's
+   * limit alone holds it, it waits for that without a reservation, in its key's turns (see
+   * `mayAsk`), so a slow key's calls never take the gate-wide slots far ahead of other keys' calls.
+   */
+  readonly ownWaits: boolean;
+  /**
    * A late start must reserve again: the call is charged on a bucket level, or on a window level
    * that is not recounted (a recount counts a late call from its response anyway).
    */
   lateMatters: boolean;
-  /** A window call holding a turn to ask the store (see `mayAsk`). */
+  /** The call holds a turn to ask the store (see `mayAsk`). */
   turn: boolean;
   onAbort: (() => void) | undefined;
   resolve: (value: unknown) => void;
@@ -238,6 +253,15 @@ function settleValue<T>(
  * The store level of a core: its spec, and its capacity when that exceeds the spec's burst (a token
  * bucket kept on the safe side by `arrivalMarginMs`, whose spec carries the smaller burst).
  */
+/** See `SharedCall.ownWaits`. */
+function ownWaits(info: KeyInfo, costs: readonly number[]): boolean {
+  const ownFrom = info.ownFrom;
+  if (ownFrom === undefined) return false;
+  let shared = false;
+  for (let i = 0; i < ownFrom; i++) if (costs[i] !== 0) shared = true;
+  return shared && info.buckets.some((i) => i >= ownFrom && costs[i] !== 0);
+}
+
 function levelOf(id: string, core: LimitCore): StoreLevel {
   const spec = core.spec;
   return spec.algorithm === 'token-bucket' && core.capacity !== spec.burst
@@ -439,6 +463,7 @@ export class SharedGate {
         priceMicros,
         hasUntimed: info.untimed.length > 0 && info.untimed.some((i) => costs[i] !== 0),
         recounts,
+        ownWaits: ownWaits(info, costs),
         lateMatters: !recounts || info.buckets.some((i) => costs[i] !== 0),
         turn: false,
         onAbort: undefined,
@@ -566,6 +591,7 @@ export class SharedGate {
         const a = level.spec.algorithm;
         return a === 'token-bucket' || a === 'leaky-bucket' ? [i] : [];
       }),
+      ownFrom: gateWide && keyLevels.length > 0 ? this.globalLevels.length : undefined,
       pauseIds,
       ownPauseId: this.store.pauseId(partition, scope),
       queued: 0,
@@ -667,7 +693,7 @@ export class SharedGate {
       call.recounts = true;
       call.lateMatters = call.info.buckets.some((i) => call.costs[i] !== 0);
     }
-    if (call.recounts && !this.mayAsk(call)) return;
+    if ((call.recounts || call.ownWaits) && !this.mayAsk(call)) return;
     const now = this.clock.now();
     // A paused call asks the store when the pause ends: reserved now, it would take its slot of the
     // gate-wide limits at the pause's end, and every other key's calls would queue behind it.
@@ -693,6 +719,7 @@ export class SharedGate {
           {
             scope: call.info.scope,
             ...(call.units === undefined ? {} : { units: call.units }),
+            ...(call.ownWaits ? { ownFrom: call.info.ownFrom!, ownWaitMs: this.o.lateToleranceMs } : {}),
           },
         ),
       (d) => this.decided(call, d),
@@ -760,7 +787,8 @@ export class SharedGate {
       // The store's wait is from its now; the deadline counts from enqueueing.
       const startsAt = now + d.retryAfterMs;
       if (call.turn && startsAt <= call.deadline) {
-        // A window call whose slot is ahead: wait for it, then ask again (see submit).
+        // A window call whose slot is ahead, or a call its key's own limit holds (ownWaits): wait
+        // for the slot, then ask again (see submit).
         this.waitForSlot(call, Number.isFinite(startsAt) ? startsAt : now + this.o.concurrencyRetryMs);
         return;
       }
@@ -841,9 +869,9 @@ export class SharedGate {
   }
 
   /**
-   * Window calls of one key ask the store in turns, in schedule order: `width` of them at a time,
-   * doubling (up to `MAX_TURNS`) while the store admits them and back to 1 when it names a later
-   * slot. Then one call keeps its turn and waits for that slot; the others wait here without asking
+   * Window calls of one key (and calls that wait for their key's own limit, `ownWaits`) ask the
+   * store in turns, in schedule order: `width` of them at a time, doubling (up to `MAX_TURNS`)
+   * while the store admits them and back to 1 when it names a later slot. Then one call keeps its turn and waits for that slot; the others wait here without asking
    * (were they all to ask whenever a slot frees, all but one would be refused, at every slot).
    * True: `call` holds a turn; false: it was queued (and asks from `pump` when its turn comes).
    */

@@ -47,6 +47,17 @@ export interface ReserveOptions {
    * `units.tokens`). Missing units cost 0, except `requests`, which costs 1.
    */
   readonly units?: Readonly<Record<string, number>>;
+  /**
+   * The levels from this index on are the call's own (its key's); those before it are shared with
+   * other keys' calls (gate-wide limits). When the call's own levels alone put its start more than
+   * `ownWaitMs` after now and after the start the shared levels allow, the call is refused
+   * (`'wait'`, `retryAfterMs` until its own levels allow it) rather than reserved: a reservation
+   * would take the shared levels' slot at that far start, and every other key's calls would queue
+   * behind it. Learned limits count as the call's own. Unset: no such refusal.
+   */
+  readonly ownFrom?: number;
+  /** See `ownFrom`. @default 0 */
+  readonly ownWaitMs?: number;
 }
 
 /** A granted reservation: the call may start at `startAt` (store time). Pass it back to refund. */

@@ -90,6 +90,37 @@ export function storeContract(
       expect((await store.reserveAt(p, [tb], [1], 0, T0 + 1)).ok).toBe(false);
     });
 
+    it('with ownFrom, a call held by its own levels alone is refused unreserved; one the shared levels hold is reserved ahead', async () => {
+      const store = await make();
+      const p = fresh();
+      // A gate-wide level (shared by every key) and one key's own level of 1 per second.
+      const wide = level('wide', { algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 1 });
+      const own = level('own', { algorithm: 'token-bucket', limit: 1, intervalMs: 1000, burst: 1 });
+      const other = level('other', { algorithm: 'token-bucket', limit: 1, intervalMs: 1000, burst: 1 });
+      const opts = { ownFrom: 1, ownWaitMs: 5 } as const;
+      expect(granted(await store.reserveAt(p, [wide, own], [1, 1], 60_000, T0, opts)).startAt).toBe(T0);
+      // Its own level says 1 s; the gate-wide level allows 100 ms: refused, nothing taken.
+      const held = await store.reserveAt(p, [wide, own], [1, 1], 60_000, T0, opts);
+      expect(held).toMatchObject({ ok: false, reason: 'wait', retryAfterMs: 1000 });
+      // Another key's call gets the gate-wide slot at 100 ms, as if the refused call had not asked.
+      expect(granted(await store.reserveAt(p, [wide, other], [1, 1], 60_000, T0, opts)).startAt).toBe(
+        T0 + 100,
+      );
+      // Without ownFrom the same call reserves ahead, gate-wide slot included (at 1 s).
+      expect(granted(await store.reserveAt(p, [wide, own], [1, 1], 60_000, T0)).startAt).toBe(T0 + 1000);
+      // When the gate-wide level decides the start, the call is reserved ahead with ownFrom too:
+      // the gate-wide TAT is now 1.1 s, a fresh key's call starts there.
+      const key3 = level('key3', { algorithm: 'token-bucket', limit: 1, intervalMs: 1000, burst: 1 });
+      expect(granted(await store.reserveAt(p, [wide, key3], [1, 1], 60_000, T0, opts)).startAt).toBe(
+        T0 + 1100,
+      );
+      // Within ownWaitMs of now, its own level may decide: reserved.
+      const key4 = level('key4', { algorithm: 'token-bucket', limit: 1, intervalMs: 1000, burst: 1 });
+      const q = fresh();
+      granted(await store.reserveAt(q, [key4], [1], 0, T0 - 996));
+      expect(granted(await store.reserveAt(q, [wide, key4], [1, 1], 60_000, T0, opts)).startAt).toBe(T0 + 4);
+    });
+
     it('refills over time: no higher than the burst after a long idle period', async () => {
       const store = await make();
       const p = fresh();

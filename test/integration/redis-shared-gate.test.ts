@@ -858,6 +858,72 @@ describe('shared gate on a memory store', () => {
     await gate.close();
   });
 
+  it('a slow key does not hold the other keys behind the gate-wide limit, and its calls ask about twice each', async () => {
+    const { clock, store } = setup();
+    let reserves = 0;
+    const counted = Object.create(store) as MemoryStore;
+    counted.reserve = (...args: Parameters<MemoryStore['reserve']>) => {
+      reserves++;
+      return store.reserve(...args);
+    };
+    const gate = createSharedGate({
+      store: counted,
+      clock,
+      limits: [{ algorithm: 'leaky-bucket', limit: 100, intervalMs: 1000 }],
+      perKey: [{ algorithm: 'leaky-bucket', limit: 1, intervalMs: 1000 }],
+      maxQueueTimeMs: 60_000,
+    });
+    const starts: [string, number][] = [];
+    const stamp = (key: string) => () => starts.push([key, clock.now() - T0]);
+    const k1 = [0, 1, 2, 3, 4].map(() => gate.schedule(stamp('k1'), { key: 'k1' }));
+    await flush();
+    const k2 = gate.schedule(stamp('k2'), { key: 'k2' });
+    for (let t = 0; t < 60; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    await Promise.all([...k1, k2]);
+    // k2 starts at once (it started at 3,000 ms behind k1's reservations of the gate-wide slots).
+    expect(starts.find(([key]) => key === 'k1')).toEqual(['k1', 0]);
+    expect(starts.find(([key]) => key === 'k2')![1]).toBeLessThanOrEqual(100);
+    // k1 keeps its own pace: one per second.
+    expect(starts.filter(([key]) => key === 'k1').map(([, at]) => at)).toEqual([0, 1000, 2000, 3000, 4000]);
+    // Each waiting call asks when its key's slot comes (one refusal, one grant), not at every slot.
+    expect(reserves).toBeLessThanOrEqual(2 * 6);
+    await gate.close();
+  });
+
+  it('many keys under a binding gate-wide limit cost one store request per call', async () => {
+    const { clock, store } = setup();
+    let reserves = 0;
+    const counted = Object.create(store) as MemoryStore;
+    counted.reserve = (...args: Parameters<MemoryStore['reserve']>) => {
+      reserves++;
+      return store.reserve(...args);
+    };
+    const gate = createSharedGate({
+      store: counted,
+      clock,
+      limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+      perKey: [{ algorithm: 'leaky-bucket', limit: 1, intervalMs: 1000 }],
+      maxQueueTimeMs: 60_000,
+    });
+    const starts: number[] = [];
+    const calls = Array.from({ length: 200 }, (_, i) =>
+      gate.schedule(() => starts.push(clock.now() - T0), { key: `k${i}` }),
+    );
+    for (let t = 0; t < 250; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    await Promise.all(calls);
+    // The gate-wide limit decides every start: reserved ahead in one request each, 10 per second.
+    expect(reserves).toBe(200);
+    expect(starts).toHaveLength(200);
+    expect(Math.max(...starts)).toBe(19_900);
+    await gate.close();
+  });
+
   it('a pause set while the store is down holds the fallback, is written to the store when it answers, and costs no busy loop', async () => {
     const { clock, outage, gate: a, other } = outageSetup(false);
     const b = other();
@@ -1214,6 +1280,37 @@ describe.skipIf(skip !== false)('shared gate on Redis', () => {
     console.log(
       `[shared gate on Redis] 40 calls over ${elapsed.toFixed(0)} ms, min gap ${minGap.toFixed(2)} ms`,
     );
+  });
+
+  it('two gates: a slow key does not hold the other keys behind the gate-wide limit', async () => {
+    const make = () => {
+      const g = createSharedGate({
+        redis: REDIS_URL,
+        keyPrefix: `${keyPrefix}-own`,
+        limits: [{ algorithm: 'leaky-bucket', limit: 100, intervalMs: 1000 }],
+        perKey: [{ algorithm: 'leaky-bucket', limit: 2, intervalMs: 1000 }],
+      });
+      gates.push(g);
+      return g;
+    };
+    const a = make();
+    const b = make();
+    await Promise.all([a.store.time(), b.store.time()]);
+    const t0 = performance.now();
+    const starts: [string, number][] = [];
+    const stamp = (key: string) => () => starts.push([key, performance.now() - t0]);
+    // k1 paces at 2 per second across both gates: its fourth call starts at 1.5 s.
+    const k1 = [0, 1, 2, 3].map((i) => (i % 2 ? a : b).schedule(stamp('k1'), { key: 'k1' }));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const k2 = [b.schedule(stamp('k2'), { key: 'k2' }), a.schedule(stamp('k2'), { key: 'k2' })];
+    await Promise.all([...k1, ...k2]);
+    const k1Starts = starts.filter(([key]) => key === 'k1').map(([, at]) => at);
+    const k2Starts = starts.filter(([key]) => key === 'k2').map(([, at]) => at);
+    // k2's first call starts at once (generous bound: it used to wait 1.5 s behind k1's
+    // reservations of the gate-wide slots), its second at k2's own pace.
+    expect(Math.min(...k2Starts)).toBeLessThan(400);
+    for (let i = 1; i < k1Starts.length; i++) expect(k1Starts[i]! - k1Starts[i - 1]!).toBeGreaterThan(450);
+    expect(k1Starts.at(-1)!).toBeGreaterThan(1400);
   });
 
   it('a sliding window at the provider’s exact limit: not one 429, close to the fastest schedule', async () => {
