@@ -13,7 +13,7 @@ import { fmt, median, percentile, table } from './stats.js';
 
 const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const TARGET_PER_SEC = 20_000;
-const CLOSED_MS = 1_500;
+const CLOSED_MS = 1_000;
 const OPEN_MS = 2_000;
 /**
  * Open-loop runs per contender and load, interleaved across contenders (round 1 of each, then round
@@ -165,7 +165,7 @@ interface Result {
   readonly p99Ms: number;
   readonly commandsPerDecision: number;
   /** Event-loop delay p99 during the run: the floor any latency measured in this process sits on. */
-  readonly loopDelayP99Ms?: number;
+  readonly loopDelayP99Ms?: number | undefined;
 }
 
 /** Closed loop: `concurrency` decisions in flight for `durationMs`; each completion issues the next. */
@@ -287,7 +287,8 @@ function summary(runs: readonly Result[]): { median: Result; p99Min: number; p99
       p50Ms: median(runs.map((r) => r.p50Ms)),
       p99Ms: median(runs.map((r) => r.p99Ms)),
       commandsPerDecision: median(runs.map((r) => r.commandsPerDecision)),
-      loopDelayP99Ms: median(runs.map((r) => r.loopDelayP99Ms ?? Number.NaN)),
+      loopDelayP99Ms:
+        runs[0]!.loopDelayP99Ms === undefined ? undefined : median(runs.map((r) => r.loopDelayP99Ms!)),
     },
     p99Min: byP99[0]!.p99Ms,
     p99Max: byP99[byP99.length - 1]!.p99Ms,
@@ -298,7 +299,7 @@ interface Spec {
   readonly make: () => Promise<Contender | string>;
   /** Also measure one decision at a time. */
   readonly sequential: boolean;
-  /** Open-loop rounds (Bottleneck gets one: it cannot keep up, and each run drains a long backlog). */
+  /** Rounds of every load (Bottleneck gets one: it cannot keep up, and each run drains a long backlog). */
   readonly rounds: number;
 }
 
@@ -327,7 +328,7 @@ export async function redisBench(): Promise<{ markdown: string }> {
     },
     {
       make: () => tollgateStore('tollgate RedisStore, batched, no auto-pipelining', false, true),
-      sequential: false,
+      sequential: true,
       rounds: ROUNDS,
     },
     {
@@ -340,7 +341,7 @@ export async function redisBench(): Promise<{ markdown: string }> {
       sequential: true,
       rounds: ROUNDS,
     },
-    { make: () => tollgateGate(), sequential: false, rounds: ROUNDS },
+    { make: () => tollgateGate(), sequential: true, rounds: ROUNDS },
     {
       make: () => rateLimiterFlexible('rate-limiter-flexible RateLimiterRedis, auto-pipelining', true),
       sequential: false,
@@ -354,7 +355,7 @@ export async function redisBench(): Promise<{ markdown: string }> {
     { make: () => bottleneck(), sequential: true, rounds: 1 },
     { make: () => floor(), sequential: true, rounds: ROUNDS },
   ];
-  const contenders: { spec: Spec; contender: Contender; closed: [string, Result][] }[] = [];
+  const contenders: { spec: Spec; contender: Contender }[] = [];
   for (const spec of specs) {
     const contender = await spec.make();
     if (typeof contender === 'string') {
@@ -367,34 +368,47 @@ export async function redisBench(): Promise<{ markdown: string }> {
     }
     // Warm-up: scripts loaded, JIT settled.
     await closedLoop(contender, CONCURRENCY, 300);
-    const closed: [string, Result][] = [];
-    if (spec.sequential) closed.push(['one at a time', await closedLoop(contender, 1, CLOSED_MS)]);
-    closed.push([`${CONCURRENCY} in flight`, await closedLoop(contender, CONCURRENCY, CLOSED_MS)]);
-    contenders.push({ spec, contender, closed });
+    contenders.push({ spec, contender });
   }
-  const loads: [string, Pacing][] = [
-    [`offered ${fmt(TARGET_PER_SEC)}/s`, 'spin'],
-    [`offered ${fmt(TARGET_PER_SEC)}/s, 1 ms ticks`, 'ticks'],
+  // Every load, closed loops included, runs in the interleaved rounds: one run of a closed loop is
+  // as much that moment's noise as an open loop's tail.
+  const loads: { mode: string; run: (c: Contender) => Promise<Result>; applies: (s: Spec) => boolean }[] = [
+    { mode: 'one at a time', run: (c) => closedLoop(c, 1, CLOSED_MS), applies: (s) => s.sequential },
+    {
+      mode: `${CONCURRENCY} in flight`,
+      run: (c) => closedLoop(c, CONCURRENCY, CLOSED_MS),
+      applies: () => true,
+    },
+    {
+      mode: `offered ${fmt(TARGET_PER_SEC)}/s`,
+      run: (c) => openLoop(c, TARGET_PER_SEC, OPEN_MS, 'spin'),
+      applies: () => true,
+    },
+    {
+      mode: `offered ${fmt(TARGET_PER_SEC)}/s, 1 ms ticks`,
+      run: (c) => openLoop(c, TARGET_PER_SEC, OPEN_MS, 'ticks'),
+      applies: () => true,
+    },
   ];
-  const open = contenders.map(() => loads.map((): Result[] => []));
+  const runs = contenders.map(() => loads.map((): Result[] => []));
   for (let round = 0; round < ROUNDS; round++) {
-    for (const [l, [, pacing]] of loads.entries()) {
+    for (const [l, load] of loads.entries()) {
       // Each round starts one contender further along: a run's place in the round (what ran just
       // before it) measurably moves its tail here, so no contender always follows the same one.
       for (let j = 0; j < contenders.length; j++) {
         const i = (j + round) % contenders.length;
         const { spec, contender } = contenders[i]!;
-        if (round >= spec.rounds) continue;
-        open[i]![l]!.push(await openLoop(contender, TARGET_PER_SEC, OPEN_MS, pacing));
+        if (round >= spec.rounds || !load.applies(spec)) continue;
+        runs[i]![l]!.push(await load.run(contender));
       }
     }
   }
-  for (const [i, { contender, closed }] of contenders.entries()) {
-    for (const [mode, result] of closed) row(contender.name, mode, result);
-    for (const [l, [mode]] of loads.entries()) {
-      const runs = open[i]![l]!;
-      const s = summary(runs);
-      row(contender.name, runs.length > 1 ? `${mode} (${runs.length} runs)` : mode, s.median, [
+  for (const [i, { contender }] of contenders.entries()) {
+    for (const [l, load] of loads.entries()) {
+      const done = runs[i]![l]!;
+      if (done.length === 0) continue;
+      const s = summary(done);
+      row(contender.name, done.length > 1 ? `${load.mode} (${done.length} runs)` : load.mode, s.median, [
         s.p99Min,
         s.p99Max,
       ]);
@@ -416,13 +430,13 @@ export async function redisBench(): Promise<{ markdown: string }> {
       rows,
     ),
     '',
-    `Every limit is set so it never binds (each decision admits). "${CONCURRENCY} in flight": a closed loop, each answer issues the next; ` +
+    `Every limit is set so it never binds (each decision admits). "one at a time" and "${CONCURRENCY} in flight": closed loops of ${fmt(CLOSED_MS / 1000, 1)} s, each answer issues the next; ` +
       `"offered ${fmt(TARGET_PER_SEC)}/s": decisions issued at that rate regardless of answers for ${fmt(OPEN_MS / 1000, 1)} s, latency from issue to decision, ` +
       'issued on every turn of the event loop (about one at a time; the issuing loop never sleeps and keeps a core busy); ' +
       '"1 ms ticks": the same rate issued by a 1 ms timer (about 20 decisions at a time, the process sleeping in between). ' +
-      `Each open-loop load runs ${ROUNDS} times per contender, interleaved (every contender's first run, then every contender's second, ...; each round starts one contender further along, so none always runs after the same one); ` +
+      `Each load runs ${ROUNDS} times per contender (Bottleneck once), interleaved (every contender's first run, then every contender's second, ...; each round starts one contender further along, so none always runs after the same one); ` +
       'its row gives the median of the runs (decisions/s, p50, p99, event-loop delay) and the range of their p99s. ' +
-      'Both loads are the same for every contender; the issuing loop runs on callbacks (no promise per turn) so the harness allocates little. ' +
+      'The loads are the same for every contender; the issuing loop runs on callbacks (no promise per turn) so the harness allocates little. ' +
       '"batched": the tollgate store sends the decisions of one tick as one EVALSHA (its default, option `batch`); "unbatched": `batch: false`, one EVALSHA per decision. ' +
       'Commands are counted at the client (every command ioredis sends, pipelined or not); a command is one request and one reply. ' +
       "The event-loop delay column is the bench process's own scheduling noise during the open-loop run (a floor under its p99). " +
