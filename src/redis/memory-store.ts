@@ -230,8 +230,12 @@ export class MemoryStore implements Store {
     const scope = options?.scope ?? '';
     const p = this.partitions.get(partition);
     let from = now;
+    // The start the shared levels allow (see ReserveOptions.ownFrom): the partition's pause is
+    // shared, the scope's is the call's own.
+    let sharedAt = now;
     if (p !== undefined) {
       from = Math.max(from, this.pauseOf(p, '', now));
+      sharedAt = from;
       if (scope !== '') from = Math.max(from, this.pauseOf(p, scope, now));
     }
     // Every level the call passes: the given ones, then the learned ones of its scope.
@@ -259,9 +263,8 @@ export class MemoryStore implements Store {
     }
     const states: unknown[] = [];
     let startAt = from;
-    // The start the shared levels allow (those before ownFrom; see ReserveOptions.ownFrom).
     const ownFrom = options?.ownFrom ?? Infinity;
-    let sharedAt = from;
+    const sharedFrom = sharedAt;
     let blocked: 'concurrency' | 'capacity' | undefined;
     for (let i = 0; i < cores.length; i++) {
       const cost = charges[i]!;
@@ -273,16 +276,20 @@ export class MemoryStore implements Store {
       if (at === Infinity) blocked = core.timed ? 'capacity' : 'concurrency';
       else {
         if (at > startAt) startAt = at;
-        if (i < ownFrom && at > sharedAt) sharedAt = at;
+        if (i < ownFrom) {
+          // From the shared pause only: the scope's pause holds this call, not the shared levels.
+          const sharedStart = from === sharedFrom ? at : core.earliestAt(state, cost, sharedFrom);
+          if (sharedStart > sharedAt) sharedAt = sharedStart;
+        }
       }
     }
     if (blocked !== undefined) return { ok: false, retryAfterMs: Infinity, reason: blocked, serverNow: now };
     // A deadline already past is a bound of 0 (as in Redis).
-    if (
-      startAt - now > Math.max(0, maxWaitMs) ||
-      (startAt > sharedAt && startAt - now > Math.max(0, options?.ownWaitMs ?? 0))
-    ) {
-      return { ok: false, retryAfterMs: startAt - now, reason: 'wait', serverNow: now };
+    const ownHolds = startAt > sharedAt;
+    const ownWaitMs = options?.ownFrom === undefined ? Infinity : Math.max(0, options.ownWaitMs ?? 0);
+    if (startAt - now > Math.max(0, maxWaitMs) || (ownHolds && startAt - now > ownWaitMs)) {
+      const refusal = { ok: false, retryAfterMs: startAt - now, reason: 'wait', serverNow: now } as const;
+      return options?.ownFrom === undefined ? refusal : { ...refusal, shared: !ownHolds };
     }
     const part = p ?? this.partitionOf(partition);
     const marks: string[] = [];

@@ -530,7 +530,7 @@ end
  *   concurrency lease ms, minTtlMs, shared levels and ownWaitMs ('' '' = none; see
  *   ReserveOptions.ownFrom), learned unit costs ('unit cost unit cost ...'), then 5 values per level.
  * Reply: {1, startAt, now, mark_1..mark_n, learnedCount, (id, cost, mark)...} or
- *   {0, waitMs (-1: unpredictable), reason, now}.
+ *   {0, waitMs (-1: unpredictable), reason, now, held by the shared levels (1) or its own (0)}.
  */
 export const RESERVE_LUA = `${LIMITS_LUA}
 local now = serverNow(ARGV[1])
@@ -559,6 +559,9 @@ if m == 2 then
   local until_ = tonumber(redis.call('HGET', KEYS[n + 1], 'p') or '')
   if until_ and until_ > from then from = until_ end
 end
+-- The partition's pause is shared (see below), the scope's is the call's own.
+local sharedFrom = from
+local sharedAt = from
 local meta = redis.call('HGETALL', KEYS[n + m])
 local units = nil
 for j = 1, #meta, 2 do
@@ -584,7 +587,6 @@ local startAt = from
 -- past now and past that start waits for them unreserved.
 local shared = tonumber(ARGV[8]) or INF
 local ownWait = tonumber(ARGV[9]) or INF
-local sharedAt = from
 local blocked = nil
 for i = 1, #levels do
   local L = levels[i]
@@ -595,14 +597,21 @@ for i = 1, #levels do
       if L.algo == 'cc' then blocked = 'concurrency' else blocked = 'capacity' end
     else
       if at > startAt then startAt = at end
-      if i <= shared and at > sharedAt then sharedAt = at end
+      if i <= shared then
+        -- From the shared pause only: the scope's pause holds this call, not the shared levels.
+        local sharedStart = at
+        if from ~= sharedFrom then sharedStart = earliest(L, states[i], L.cost, sharedFrom) end
+        if sharedStart > sharedAt then sharedAt = sharedStart end
+      end
     end
   end
 end
 if blocked then return { 0, '-1', blocked, fmt(now) } end
 -- waitMs = startAt - now: how long the call would wait for its start.
-if (maxWait >= 0 and startAt - now > maxWait) or (startAt > sharedAt and startAt - now > ownWait) then
-  return { 0, fmt(startAt - now), 'wait', fmt(now) }
+-- The fifth element says which held it (with ownFrom): 1 the shared levels, 0 its own.
+local ownHolds = startAt > sharedAt
+if (maxWait >= 0 and startAt - now > maxWait) or (ownHolds and startAt - now > ownWait) then
+  return { 0, fmt(startAt - now), 'wait', fmt(now), ownHolds and 0 or 1 }
 end
 
 local reply = { 1, fmt(startAt), fmt(now) }

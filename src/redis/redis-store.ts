@@ -780,12 +780,15 @@ export class RedisStore implements Store {
     const parse = (value: unknown): StoreDecision => {
       const reply = value as (string | number)[];
       if (reply[0] !== 1) {
-        return {
+        const refusal = {
           ok: false,
           retryAfterMs: num(reply[1]),
           reason: reply[2] as 'wait' | 'concurrency' | 'capacity',
           serverNow: Number(reply[3]),
-        };
+        } as const;
+        return options?.ownFrom === undefined || refusal.reason !== 'wait'
+          ? refusal
+          : { ...refusal, shared: reply[4] === 1 };
       }
       const marks = reply.slice(3, 3 + n) as string[];
       const learnedCount = Number(reply[3 + n]);

@@ -145,8 +145,8 @@ interface KeyInfo {
   /** Indexes of token and leaky bucket levels (their slots are spaced: a late start matters). */
   readonly buckets: readonly number[];
   /**
-   * With gate-wide and per-key limits, the index of the key's first level (the gate-wide ones come
-   * first): see `SharedCall.ownWaits`.
+   * With gate-wide limits, the index of the key's first own level (the gate-wide ones come first;
+   * learned limits follow the key's): see `SharedCall.ownWaits` and `waitInLine`.
    */
   readonly ownFrom: number | undefined;
   queued: number;
@@ -209,6 +209,10 @@ interface SharedCall extends HeapEntry {
    * `mayAsk`), so a slow key's calls never take the gate-wide slots far ahead of other keys' calls.
    */
   readonly ownWaits: boolean;
+  /** The call is charged on gate-wide levels. */
+  readonly gateWide: boolean;
+  /** The call waits in the gate-wide line (see `waitInLine`). */
+  inLine: boolean;
   /**
    * A late start must reserve again: the call is charged on a bucket level, or on a window level
    * that is not recounted (a recount counts a late call from its response anyway).
@@ -304,6 +308,14 @@ export class SharedGate {
   private readonly keyInfos = new Map<string, KeyInfo>();
   private readonly defaultInfo: KeyInfo;
   private readonly heap = new TimerHeap<SharedCall>();
+  /**
+   * The gate-wide line (see `waitInLine`): window calls on gate-wide levels held by them, in
+   * schedule order from `lineFirst`, and the one that speaks for them at the store.
+   */
+  private line: SharedCall[] = [];
+  private lineFirst = 0;
+  private lineAsker: SharedCall | undefined = undefined;
+  private releasingLine = false;
   private timer: unknown = undefined;
   private timerAt = 0;
   private readonly onTimer = () => {
@@ -464,6 +476,8 @@ export class SharedGate {
         hasUntimed: info.untimed.length > 0 && info.untimed.some((i) => costs[i] !== 0),
         recounts,
         ownWaits: ownWaits(info, costs),
+        gateWide: info.ownFrom !== undefined && costs.some((c, i) => i < info.ownFrom! && c !== 0),
+        inLine: false,
         lateMatters: !recounts || info.buckets.some((i) => costs[i] !== 0),
         turn: false,
         onAbort: undefined,
@@ -554,6 +568,8 @@ export class SharedGate {
       for (const info of this.allInfos()) {
         for (const call of info.behind.slice(info.behindHead)) this.refuse(call, new GateClosedError());
       }
+      for (const call of this.line.slice(this.lineFirst))
+        if (call.inLine) this.refuse(call, new GateClosedError());
       for (const call of this.heap.entries()) this.refuse(call, new GateClosedError());
       // Calls queued in the local fallback are refused there (and settle here as refused).
       fallbackClosed = this.fallback?.close({ queued: 'reject' });
@@ -591,7 +607,7 @@ export class SharedGate {
         const a = level.spec.algorithm;
         return a === 'token-bucket' || a === 'leaky-bucket' ? [i] : [];
       }),
-      ownFrom: gateWide && keyLevels.length > 0 ? this.globalLevels.length : undefined,
+      ownFrom: gateWide ? this.globalLevels.length : undefined,
       pauseIds,
       ownPauseId: this.store.pauseId(partition, scope),
       queued: 0,
@@ -694,6 +710,7 @@ export class SharedGate {
       call.lateMatters = call.info.buckets.some((i) => call.costs[i] !== 0);
     }
     if ((call.recounts || call.ownWaits) && !this.mayAsk(call)) return;
+    if (call.recounts && call.gateWide && this.lineHolds(call)) return;
     const now = this.clock.now();
     // A paused call asks the store when the pause ends: reserved now, it would take its slot of the
     // gate-wide limits at the pause's end, and every other key's calls would queue behind it.
@@ -719,7 +736,9 @@ export class SharedGate {
           {
             scope: call.info.scope,
             ...(call.units === undefined ? {} : { units: call.units }),
-            ...(call.ownWaits ? { ownFrom: call.info.ownFrom!, ownWaitMs: this.o.lateToleranceMs } : {}),
+            ...(call.ownWaits || (call.recounts && call.gateWide)
+              ? { ownFrom: call.info.ownFrom!, ownWaitMs: this.o.lateToleranceMs }
+              : {}),
           },
         ),
       (d) => this.decided(call, d),
@@ -753,6 +772,15 @@ export class SharedGate {
   }
 
   private decided(call: SharedCall, d: StoreDecision): void {
+    // The line's asker answered: it speaks for the line again only if the gate-wide levels hold
+    // it again (waitInLine); otherwise the next in line asks.
+    const asker = call === this.lineAsker;
+    if (asker) this.lineAsker = undefined;
+    this.decide(call, d);
+    if (asker && this.lineAsker === undefined) this.releaseLine();
+  }
+
+  private decide(call: SharedCall, d: StoreDecision): void {
     if (call.state !== 'reserving') {
       // Aborted or closed while the store decided: give the reservation back.
       if (d.ok) this.giveBack(d);
@@ -786,6 +814,11 @@ export class SharedGate {
       }
       // The store's wait is from its now; the deadline counts from enqueueing.
       const startsAt = now + d.retryAfterMs;
+      if (call.turn && startsAt <= call.deadline && d.shared === true && call.recounts) {
+        // Held by the gate-wide levels: wait in the gate-wide line, not at every slot.
+        this.waitInLine(call, startsAt);
+        return;
+      }
       if (call.turn && startsAt <= call.deadline) {
         // A window call whose slot is ahead, or a call its key's own limit holds (ownWaits): wait
         // for the slot, then ask again (see submit).
@@ -1093,8 +1126,94 @@ export class SharedGate {
   }
 
   /** `call` is reserved (`admitted`), refused or gone to the failure policy: its turn passes on. */
+  /**
+   * True when `call` (a window call on gate-wide levels, holding its key's turn) must wait in the
+   * gate-wide line rather than ask: the line holds calls, and `call` is not the one asking for it.
+   */
+  private lineHolds(call: SharedCall): boolean {
+    if (this.lineAsker === undefined && this.lineFirst === this.line.length) return false;
+    if (call === this.lineAsker) return false;
+    const asker = this.lineAsker;
+    if (asker !== undefined && asker.heapIndex >= 0 && call.deadline < asker.at) {
+      // The line starts nothing before its asker's slot.
+      this.refuse(call, deadlineError(call, asker.at, call.attempt === 0));
+      return true;
+    }
+    this.joinLine(call);
+    return true;
+  }
+
+  /**
+   * Window calls never reserve ahead, so when the gate-wide levels bind, every key's call that asks
+   * is told the same next gate-wide slot: were they all to ask again at that slot, all but one
+   * would be refused, at every slot (requests growing with the square of the keys). Instead the
+   * first held speaks for the line (`lineAsker`): it waits for the slot and asks; the others of
+   * any key wait here, keeping their key's turn, and ask one at a time as the asker is answered
+   * (`releaseLine`). A call joins when the gate-wide levels hold it, or when it would ask while
+   * the line holds calls. Calls the line cannot start before their deadline are refused now.
+   */
+  private waitInLine(call: SharedCall, at: number): void {
+    if (call.info.head !== undefined && call.info.head !== call) {
+      // Another call of its key waits for a slot: this one waits behind it, for its key's turn.
+      this.waitForSlot(call, at);
+      return;
+    }
+    if (this.lineAsker !== undefined && this.lineAsker !== call) {
+      if (call.deadline < this.lineAsker.at) {
+        this.refuse(call, deadlineError(call, this.lineAsker.at, call.attempt === 0));
+        return;
+      }
+      this.joinLine(call);
+      return;
+    }
+    this.lineAsker = call;
+    this.waitForSlot(call, at);
+    for (let i = this.lineFirst; i < this.line.length; i++) {
+      const waiting = this.line[i]!;
+      if (waiting.inLine && waiting.deadline < at)
+        this.refuse(waiting, deadlineError(waiting, at, waiting.attempt === 0));
+    }
+  }
+
+  /** Queue `call` in the gate-wide line, in schedule order. */
+  private joinLine(call: SharedCall): void {
+    call.state = 'retrying';
+    call.inLine = true;
+    const line = this.line;
+    let i = line.length;
+    while (i > this.lineFirst && line[i - 1]!.seq > call.seq) i--;
+    line.splice(i, 0, call);
+  }
+
+  /** The asker was answered: the next call in line asks (or is refused, past its deadline). */
+  private releaseLine(): void {
+    if (this.releasingLine) return;
+    this.releasingLine = true;
+    while (this.lineAsker === undefined && this.lineFirst < this.line.length) {
+      const next = this.line[this.lineFirst++]!;
+      if (!next.inLine) continue;
+      next.inLine = false;
+      if (this.clock.now() > next.deadline) {
+        this.refuse(next, deadlineError(next, Infinity, false));
+        continue;
+      }
+      this.lineAsker = next;
+      this.submit(next);
+    }
+    if (this.lineFirst === this.line.length) {
+      this.line = [];
+      this.lineFirst = 0;
+    }
+    this.releasingLine = false;
+  }
+
   private passTurn(call: SharedCall, admitted: boolean): void {
     if (!call.turn) return;
+    call.inLine = false;
+    if (call === this.lineAsker) {
+      this.lineAsker = undefined;
+      this.releaseLine();
+    }
     const info = call.info;
     call.turn = false;
     info.asking--;
@@ -1442,6 +1561,10 @@ export class SharedGate {
       info.behind = [];
       info.behindHead = 0;
     }
+    for (let i = this.lineFirst; i < this.line.length; i++)
+      if (this.line[i]!.inLine) waiting.push(this.line[i]!);
+    this.line = [];
+    this.lineFirst = 0;
     for (const call of this.heap.entries()) {
       if (call.state !== 'retrying') continue;
       this.heap.remove(call);

@@ -53,7 +53,8 @@ export interface ReserveOptions {
    * `ownWaitMs` after now and after the start the shared levels allow, the call is refused
    * (`'wait'`, `retryAfterMs` until its own levels allow it) rather than reserved: a reservation
    * would take the shared levels' slot at that far start, and every other key's calls would queue
-   * behind it. Learned limits count as the call's own. Unset: no such refusal.
+   * behind it. Learned limits and the scope's pause count as the call's own. Unset: no such
+   * refusal. A `'wait'` refusal then says which held the call (`StoreRefusal.shared`).
    */
   readonly ownFrom?: number;
   /** See `ownFrom`. @default 0 */
@@ -94,6 +95,12 @@ export interface StoreRefusal {
   readonly retryAfterMs: number;
   readonly reason: 'wait' | 'concurrency' | 'capacity';
   readonly serverNow: number;
+  /**
+   * A `'wait'` refusal of a call with `ReserveOptions.ownFrom`: true when the shared levels (or the
+   * partition's pause) alone put its start `retryAfterMs` away, false when its own levels (or its
+   * scope's pause) do. Absent without `ownFrom`.
+   */
+  readonly shared?: boolean;
 }
 
 export type StoreDecision = StoreReservation | StoreRefusal;

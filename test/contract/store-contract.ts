@@ -101,7 +101,7 @@ export function storeContract(
       expect(granted(await store.reserveAt(p, [wide, own], [1, 1], 60_000, T0, opts)).startAt).toBe(T0);
       // Its own level says 1 s; the gate-wide level allows 100 ms: refused, nothing taken.
       const held = await store.reserveAt(p, [wide, own], [1, 1], 60_000, T0, opts);
-      expect(held).toMatchObject({ ok: false, reason: 'wait', retryAfterMs: 1000 });
+      expect(held).toMatchObject({ ok: false, reason: 'wait', retryAfterMs: 1000, shared: false });
       // Another key's call gets the gate-wide slot at 100 ms, as if the refused call had not asked.
       expect(granted(await store.reserveAt(p, [wide, other], [1, 1], 60_000, T0, opts)).startAt).toBe(
         T0 + 100,
@@ -119,6 +119,37 @@ export function storeContract(
       const q = fresh();
       granted(await store.reserveAt(q, [key4], [1], 0, T0 - 996));
       expect(granted(await store.reserveAt(q, [wide, key4], [1, 1], 60_000, T0, opts)).startAt).toBe(T0 + 4);
+      // A refusal past maxWaitMs says whether the shared levels held the call: in p the gate-wide
+      // TAT is 1.2 s, key5 is free.
+      const key5 = level('key5', { algorithm: 'token-bucket', limit: 1, intervalMs: 1000, burst: 1 });
+      expect(await store.reserveAt(p, [wide, key5], [1, 1], 10, T0, opts)).toMatchObject({
+        ok: false,
+        reason: 'wait',
+        retryAfterMs: 1200,
+        shared: true,
+      });
+      // Without ownFrom a refusal says nothing of it.
+      expect(await store.reserveAt(p, [wide, key5], [1, 1], 10, T0)).not.toHaveProperty('shared');
+    });
+
+    it('with ownFrom, the partition pause is shared and the scope pause is the call own', async () => {
+      const store = await make();
+      const p = fresh();
+      const wide = level('wide', { algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 1 });
+      const own = level('own', { algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 1 });
+      await store.pauseFor(p, 60_000, 'k1');
+      const k1 = await store.reserve(p, [wide, own], [1, 1], 100_000, {
+        scope: 'k1',
+        ownFrom: 1,
+        ownWaitMs: 5,
+      });
+      expect(k1).toMatchObject({ ok: false, reason: 'wait', shared: false });
+      // Another scope is not held by k1's pause.
+      expect((await store.reserve(p, [wide, own], [1, 1], 0, { scope: 'k2', ownFrom: 1 })).ok).toBe(true);
+      await store.pauseFor(p, 30_000);
+      const k3 = await store.reserve(p, [wide, own], [1, 1], 10, { scope: 'k3', ownFrom: 1, ownWaitMs: 5 });
+      expect(k3).toMatchObject({ ok: false, reason: 'wait', shared: true });
+      expect((k3 as { retryAfterMs: number }).retryAfterMs).toBeGreaterThan(29_000);
     });
 
     it('refills over time: no higher than the burst after a long idle period', async () => {

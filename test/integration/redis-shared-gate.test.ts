@@ -695,11 +695,15 @@ describe('shared gate on a memory store', () => {
     expect(await first).toBe('first');
     expect(outcomes).toEqual([]);
     outage.broken = true;
-    // A call of another key meets the outage first.
+    // A call of another key waits in the gate-wide line (the gate-wide window is full: it does not
+    // ask the store); a pause written to the store meets the outage.
     note(
       'other',
       g.schedule(() => 'other', { key: 'other' }),
     );
+    await flush();
+    expect(outcomes).toEqual([]);
+    g.pauseFor(50, 'third');
     await flush();
     expect(clock.now()).toBe(T0);
     expect(outcomes.sort()).toEqual([
@@ -922,6 +926,116 @@ describe('shared gate on a memory store', () => {
     expect(starts).toHaveLength(200);
     expect(Math.max(...starts)).toBe(19_900);
     await gate.close();
+  });
+
+  it('window calls of many keys under a binding gate-wide limit wait in one line: a few store requests per call', async () => {
+    const { clock, store } = setup();
+    let reserves = 0;
+    const counted = Object.create(store) as MemoryStore;
+    counted.reserve = (...args: Parameters<MemoryStore['reserve']>) => {
+      reserves++;
+      return store.reserve(...args);
+    };
+    const gate = createSharedGate({
+      store: counted,
+      clock,
+      limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+      perKey: [{ algorithm: 'sliding-log', limit: 5, intervalMs: 1000 }],
+      maxQueueTimeMs: 60_000,
+      // Window calls are counted from their responses (the default on a real clock).
+      arrivalMarginMs: 50,
+    });
+    const starts: number[] = [];
+    const calls = Array.from({ length: 200 }, (_, i) =>
+      gate.schedule(() => starts.push(clock.now() - T0), { key: `k${i}` }),
+    );
+    for (let t = 0; t < 2_200; t++) {
+      clock.advance(10);
+      await flush();
+    }
+    await Promise.all(calls);
+    expect(starts).toHaveLength(200);
+    // The gate-wide limit decides: 10 per second, in order, 19.9 s for 200 (within a tick).
+    for (let i = 1; i < starts.length; i++) expect(starts[i]! - starts[i - 1]!).toBeGreaterThanOrEqual(99.9);
+    expect(starts.at(-1)!).toBeLessThanOrEqual(19_900 + 20);
+    // Each call asks about twice (a refusal that puts it in line, then its grant); every key's
+    // call asking at every slot cost 18,536 for these 200 calls.
+    console.log(`[shared gate] 200 keys of window calls under gate-wide 10/s: ${reserves} store requests`);
+    expect(reserves).toBeLessThanOrEqual(3 * 200);
+    await gate.close();
+  });
+
+  it('the gate-wide line goes on when its calls are aborted, refuses at once what it cannot start in time, and close rejects it', async () => {
+    const { clock, store } = setup();
+    const gate = createSharedGate({
+      store,
+      clock,
+      limits: [{ algorithm: 'fixed-window', limit: 1, intervalMs: 1000 }],
+      maxQueueTimeMs: 60_000,
+      arrivalMarginMs: 1,
+    });
+    const outcomes: string[] = [];
+    const note = (name: string, call: Promise<unknown>) =>
+      call.then(
+        () => outcomes.push(`${name} ran at ${clock.now() - T0}`),
+        (error: unknown) => outcomes.push(`${name} ${(error as Error).name} at ${clock.now() - T0}`),
+      );
+    const abortB = new AbortController();
+    const abortC = new AbortController();
+    note(
+      'A',
+      gate.schedule(() => 'A', { key: 'k0' }),
+    );
+    // B is told the next window (1,000 ms) and waits for it for the line; C and E wait in line.
+    note(
+      'B',
+      gate.schedule(() => 'B', { key: 'k1', signal: abortB.signal }),
+    );
+    note(
+      'C',
+      gate.schedule(() => 'C', { key: 'k2', signal: abortC.signal }),
+    );
+    // D cannot start before the line's first slot: refused now.
+    note(
+      'D',
+      gate.schedule(() => 'D', { key: 'k3', maxQueueTimeMs: 500 }),
+    );
+    note(
+      'E',
+      gate.schedule(() => 'E', { key: 'k4' }),
+    );
+    await flush();
+    expect([...outcomes].sort()).toEqual(['A ran at 0', 'D QueueTimeoutError at 0']);
+    clock.advance(100);
+    abortC.abort();
+    abortB.abort();
+    await flush();
+    // E speaks for the line now, and starts at the next window.
+    for (let t = 0; t < 10; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    expect([...outcomes].sort()).toEqual([
+      'A ran at 0',
+      'B AbortedError at 100',
+      'C AbortedError at 100',
+      'D QueueTimeoutError at 0',
+      'E ran at 1000',
+    ]);
+    // Closing with queued calls rejects the line too: F speaks for it, G waits in it.
+    note(
+      'F',
+      gate.schedule(() => 'F', { key: 'k5' }),
+    );
+    note(
+      'G',
+      gate.schedule(() => 'G', { key: 'k6' }),
+    );
+    await flush();
+    await gate.close({ queued: 'reject' });
+    await flush();
+    expect(outcomes.slice(5).sort()).toEqual(['F GateClosedError at 1100', 'G GateClosedError at 1100']);
+    expect(gate.stats()).toMatchObject({ queued: 0, inFlight: 0 });
   });
 
   it('a pause set while the store is down holds the fallback, is written to the store when it answers, and costs no busy loop', async () => {
@@ -1311,6 +1425,42 @@ describe.skipIf(skip !== false)('shared gate on Redis', () => {
     expect(Math.min(...k2Starts)).toBeLessThan(400);
     for (let i = 1; i < k1Starts.length; i++) expect(k1Starts[i]! - k1Starts[i - 1]!).toBeGreaterThan(450);
     expect(k1Starts.at(-1)!).toBeGreaterThan(1400);
+  });
+
+  it('two gates, window calls of many keys under a binding gate-wide limit: a few commands per call, on pace', async () => {
+    const make = () => {
+      const g = createSharedGate({
+        redis: REDIS_URL,
+        keyPrefix: `${keyPrefix}-line`,
+        limits: [{ algorithm: 'leaky-bucket', limit: 20, intervalMs: 1000 }],
+        // Each key's own window makes every call a window call (counted from its response).
+        perKey: [{ algorithm: 'sliding-log', limit: 5, intervalMs: 1000 }],
+        arrivalMarginMs: 20,
+      });
+      gates.push(g);
+      return g;
+    };
+    const a = make();
+    const b = make();
+    await Promise.all([a.store.time(), b.store.time()]);
+    const starts: number[] = [];
+    const t0 = performance.now();
+    await Promise.all(
+      Array.from({ length: 60 }, (_, i) =>
+        (i % 2 ? a : b).schedule(() => starts.push(performance.now() - t0), { key: `k${i % 30}` }),
+      ),
+    );
+    starts.sort((x, y) => x - y);
+    // 20 per second, 50 ms apart (generous bounds for timers on a shared machine): 60 in about 3 s.
+    for (let i = 20; i < starts.length; i++) expect(starts[i]! - starts[i - 20]!).toBeGreaterThan(950);
+    expect(starts.at(-1)!).toBeLessThan(4_500);
+    const commands =
+      (a.store as unknown as { commandsSent: number }).commandsSent +
+      (b.store as unknown as { commandsSent: number }).commandsSent;
+    console.log(`[shared gate on Redis] 60 window calls of 30 keys, 2 gates: ${commands} store commands`);
+    // About a refused reserve, a granted one and a recount per call, plus each gate's asker losing
+    // some slots to the other gate; every waiting key asking at every slot cost far more.
+    expect(commands).toBeLessThan(60 * 6);
   });
 
   it('a sliding window at the provider’s exact limit: not one 429, close to the fastest schedule', async () => {
