@@ -855,8 +855,9 @@ export class SharedGate {
     }
     // The turn passes once the call started or holds its start (not before: with a synchronous
     // store the calls behind would be decided, and could start, ahead of it). A call that reserves
-    // again keeps its turn until that answer.
-    if (call.state !== 'reserving') this.passTurn(call, true);
+    // again keeps its turn until that answer, and so does one that went to wait in the gate-wide
+    // line to reserve again (its turn is its place there).
+    if (call.state !== 'reserving' && !call.inLine) this.passTurn(call, true);
   }
 
   /**
