@@ -559,9 +559,9 @@ if m == 2 then
   local until_ = tonumber(redis.call('HGET', KEYS[n + 1], 'p') or '')
   if until_ and until_ > from then from = until_ end
 end
--- The partition's pause is shared (see below), the scope's is the call's own.
-local sharedFrom = from
-local sharedAt = from
+-- The partition's pause is shared (see below), the scope's is the call's own; without a scope the
+-- pause read next is the partition's.
+local partitionFrom = from
 local meta = redis.call('HGETALL', KEYS[n + m])
 local units = nil
 for j = 1, #meta, 2 do
@@ -581,6 +581,9 @@ for j = 1, #meta, 2 do
   end
 end
 
+local sharedFrom = from
+if m == 2 then sharedFrom = partitionFrom end
+local sharedAt = sharedFrom
 local startAt = from
 -- The start the shared levels allow: the first ARGV 8 levels ('' = all), see ReserveOptions.ownFrom
 -- (learned levels are the call's own). A call whose own levels alone hold it more than ARGV 9 ms

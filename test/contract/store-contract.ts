@@ -150,6 +150,11 @@ export function storeContract(
       const k3 = await store.reserve(p, [wide, own], [1, 1], 10, { scope: 'k3', ownFrom: 1, ownWaitMs: 5 });
       expect(k3).toMatchObject({ ok: false, reason: 'wait', shared: true });
       expect((k3 as { retryAfterMs: number }).retryAfterMs).toBeGreaterThan(29_000);
+      // Without a scope, the pause is the partition's: shared.
+      const q = fresh();
+      await store.pauseFor(q, 30_000);
+      const unscoped = await store.reserve(q, [wide, own], [1, 1], 10, { ownFrom: 1, ownWaitMs: 5 });
+      expect(unscoped).toMatchObject({ ok: false, reason: 'wait', shared: true });
     });
 
     it('refills over time: no higher than the burst after a long idle period', async () => {
