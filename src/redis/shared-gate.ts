@@ -64,6 +64,7 @@ import {
   type StoreDecision,
   type StoreLevel,
   type StorePauseEvent,
+  type StoreRefusal,
   type StoreReservation,
 } from './store.js';
 import { type HeapEntry, TimerHeap } from './timer-heap.js';
@@ -213,6 +214,8 @@ interface SharedCall extends HeapEntry {
   readonly gateWide: boolean;
   /** The call waits in the gate-wide line (see `waitInLine`). */
   inLine: boolean;
+  /** The call was let out of the gate-wide line and asks the store (see `releaseLine`). */
+  released: boolean;
   /**
    * A late start must reserve again: the call is charged on a bucket level, or on a window level
    * that is not recounted (a recount counts a late call from its response anyway).
@@ -257,6 +260,11 @@ function settleValue<T>(
  * The store level of a core: its spec, and its capacity when that exceeds the spec's burst (a token
  * bucket kept on the safe side by `arrivalMarginMs`, whose spec carries the smaller burst).
  */
+/** A call of the key waits for a slot the store named, or for a turn. */
+function keyHeld(info: KeyInfo): boolean {
+  return info.head !== undefined || info.behindHead < info.behind.length;
+}
+
 /** See `SharedCall.ownWaits`. */
 function ownWaits(info: KeyInfo, costs: readonly number[]): boolean {
   const ownFrom = info.ownFrom;
@@ -315,6 +323,9 @@ export class SharedGate {
   private line: SharedCall[] = [];
   private lineFirst = 0;
   private lineAsker: SharedCall | undefined = undefined;
+  /** Calls let out of the line and asking (`SharedCall.released`), and how many may at once. */
+  private lineReleased = 0;
+  private lineWidth = 1;
   private releasingLine = false;
   private timer: unknown = undefined;
   private timerAt = 0;
@@ -478,6 +489,7 @@ export class SharedGate {
         ownWaits: ownWaits(info, costs),
         gateWide: info.ownFrom !== undefined && costs.some((c, i) => i < info.ownFrom! && c !== 0),
         inLine: false,
+        released: false,
         lateMatters: !recounts || info.buckets.some((i) => costs[i] !== 0),
         turn: false,
         onAbort: undefined,
@@ -709,7 +721,9 @@ export class SharedGate {
       call.recounts = true;
       call.lateMatters = call.info.buckets.some((i) => call.costs[i] !== 0);
     }
-    if ((call.recounts || call.ownWaits) && !this.mayAsk(call)) return;
+    // A call its key's own limit may hold asks at once, as any bucket call, unless another call of
+    // its key waits for its key's slot (then it waits for a turn behind it).
+    if ((call.recounts || (call.ownWaits && keyHeld(call.info))) && !this.mayAsk(call)) return;
     if (call.recounts && call.gateWide && this.lineHolds(call)) return;
     const now = this.clock.now();
     // A paused call asks the store when the pause ends: reserved now, it would take its slot of the
@@ -772,12 +786,18 @@ export class SharedGate {
   }
 
   private decided(call: SharedCall, d: StoreDecision): void {
-    // The line's asker answered: it speaks for the line again only if the gate-wide levels hold
-    // it again (waitInLine); otherwise the next in line asks.
-    const asker = call === this.lineAsker;
-    if (asker) this.lineAsker = undefined;
+    // A call asking for the gate-wide line answered: it speaks for the line again only if the
+    // gate-wide levels hold it again (waitInLine). A call let out and granted at once shows room
+    // beyond one slot (a window that freed several): twice as many ask next time.
+    const fromLine = call === this.lineAsker || call.released;
+    if (call === this.lineAsker) this.lineAsker = undefined;
+    if (call.released) {
+      call.released = false;
+      this.lineReleased--;
+      if (d.ok) this.lineWidth = Math.min(this.lineWidth * 2, MAX_TURNS);
+    }
     this.decide(call, d);
-    if (asker && this.lineAsker === undefined) this.releaseLine();
+    if (fromLine) this.releaseLine();
   }
 
   private decide(call: SharedCall, d: StoreDecision): void {
@@ -816,7 +836,17 @@ export class SharedGate {
       const startsAt = now + d.retryAfterMs;
       if (call.turn && startsAt <= call.deadline && d.shared === true && call.recounts) {
         // Held by the gate-wide levels: wait in the gate-wide line, not at every slot.
-        this.waitInLine(call, startsAt);
+        this.waitInLine(call, this.wakeFor(d, now));
+        return;
+      }
+      if (call.ownWaits && d.shared === false && startsAt <= call.deadline) {
+        // Its key's own limit holds it: it waits for its key's slot, at the head of its key's
+        // calls, or behind the one that does (see waitForSlot).
+        if (!call.turn) {
+          call.turn = true;
+          call.info.asking++;
+        }
+        this.waitForSlot(call, this.wakeFor(d, now));
         return;
       }
       if (call.turn && startsAt <= call.deadline) {
@@ -858,6 +888,17 @@ export class SharedGate {
     // again keeps its turn until that answer, and so does one that went to wait in the gate-wide
     // line to reserve again (its turn is its place there).
     if (call.state !== 'reserving' && !call.inLine) this.passTurn(call, true);
+  }
+
+  /**
+   * When to ask again after `d`, on this gate's clock: its slot on the store's clock, less half the
+   * shortest recent round trip, so the request reaches the store at the slot (asked when the
+   * refusal's wait has passed here, it would arrive a round trip late, and every slot would slip).
+   */
+  private wakeFor(d: StoreRefusal, now: number): number {
+    if (Number.isNaN(this.offsetMs) || !Number.isFinite(d.retryAfterMs)) return now + d.retryAfterMs;
+    const slot = this.toLocal(d.serverNow + d.retryAfterMs, now, d.serverNow);
+    return Math.max(now, slot - this.offsetRttMs / 2);
   }
 
   /**
@@ -1126,14 +1167,14 @@ export class SharedGate {
     });
   }
 
-  /** `call` is reserved (`admitted`), refused or gone to the failure policy: its turn passes on. */
   /**
    * True when `call` (a window call on gate-wide levels, holding its key's turn) must wait in the
    * gate-wide line rather than ask: the line holds calls, and `call` is not the one asking for it.
    */
   private lineHolds(call: SharedCall): boolean {
-    if (this.lineAsker === undefined && this.lineFirst === this.line.length) return false;
-    if (call === this.lineAsker) return false;
+    if (this.lineAsker === undefined && this.lineReleased === 0 && this.lineFirst === this.line.length)
+      return false;
+    if (call === this.lineAsker || call.released) return false;
     const asker = this.lineAsker;
     if (asker !== undefined && asker.heapIndex >= 0 && call.deadline < asker.at) {
       // The line starts nothing before its asker's slot.
@@ -1141,6 +1182,8 @@ export class SharedGate {
       return true;
     }
     this.joinLine(call);
+    // Room among the calls let out: it (or one before it) asks now.
+    this.releaseLine();
     return true;
   }
 
@@ -1149,8 +1192,9 @@ export class SharedGate {
    * is told the same next gate-wide slot: were they all to ask again at that slot, all but one
    * would be refused, at every slot (requests growing with the square of the keys). Instead the
    * first held speaks for the line (`lineAsker`): it waits for the slot and asks; the others of
-   * any key wait here, keeping their key's turn, and ask one at a time as the asker is answered
-   * (`releaseLine`). A call joins when the gate-wide levels hold it, or when it would ask while
+   * any key wait here, keeping their key's turn, and ask when it is answered (`releaseLine`): one
+   * at first, twice as many after each grant (up to `MAX_TURNS`, as a key's turns), one again when
+   * the gate-wide levels hold a call. A call joins when they hold it, or when it would ask while
    * the line holds calls. Calls the line cannot start before their deadline are refused now.
    */
   private waitInLine(call: SharedCall, at: number): void {
@@ -1168,6 +1212,7 @@ export class SharedGate {
       return;
     }
     this.lineAsker = call;
+    this.lineWidth = 1;
     this.waitForSlot(call, at);
     for (let i = this.lineFirst; i < this.line.length; i++) {
       const waiting = this.line[i]!;
@@ -1186,11 +1231,18 @@ export class SharedGate {
     line.splice(i, 0, call);
   }
 
-  /** The asker was answered: the next call in line asks (or is refused, past its deadline). */
+  /**
+   * Let calls out of the line to ask (or refuse them, past their deadline) while nobody waits for a
+   * gate-wide slot and fewer than `lineWidth` ask.
+   */
   private releaseLine(): void {
     if (this.releasingLine) return;
     this.releasingLine = true;
-    while (this.lineAsker === undefined && this.lineFirst < this.line.length) {
+    while (
+      this.lineAsker === undefined &&
+      this.lineReleased < this.lineWidth &&
+      this.lineFirst < this.line.length
+    ) {
       const next = this.line[this.lineFirst++]!;
       if (!next.inLine) continue;
       next.inLine = false;
@@ -1198,7 +1250,8 @@ export class SharedGate {
         this.refuse(next, deadlineError(next, Infinity, false));
         continue;
       }
-      this.lineAsker = next;
+      next.released = true;
+      this.lineReleased++;
       this.submit(next);
     }
     if (this.lineFirst === this.line.length) {
@@ -1208,18 +1261,28 @@ export class SharedGate {
     this.releasingLine = false;
   }
 
+  /** `call` leaves the gate-wide line, whatever its place in it (waiting, asking, or speaking for it). */
+  private leaveLine(call: SharedCall): void {
+    call.inLine = false;
+    const wasAsking = call === this.lineAsker || call.released;
+    if (call === this.lineAsker) this.lineAsker = undefined;
+    if (call.released) {
+      call.released = false;
+      this.lineReleased--;
+    }
+    if (wasAsking) this.releaseLine();
+  }
+
+  /** `call` is reserved (`admitted`), refused or gone to the failure policy: its turn passes on. */
   private passTurn(call: SharedCall, admitted: boolean): void {
     if (!call.turn) return;
-    call.inLine = false;
-    if (call === this.lineAsker) {
-      this.lineAsker = undefined;
-      this.releaseLine();
-    }
+    this.leaveLine(call);
     const info = call.info;
     call.turn = false;
     info.asking--;
     if (info.head === call) info.head = undefined;
-    if (admitted) info.width = Math.min(info.width * 2, MAX_TURNS);
+    // A key its own limit holds admits about one call per slot: more turns would be refused.
+    if (admitted && !call.ownWaits) info.width = Math.min(info.width * 2, MAX_TURNS);
     this.pump(info);
   }
 
@@ -1689,8 +1752,9 @@ export class SharedGate {
       this.refuse(call, new GateClosedError());
       return;
     }
-    this.passTurn(call, false);
     if (call.info.prober === call) this.endProbe(call.info, false);
+    // The turn passes after the call took the policy: the calls it passes to (its key's, the
+    // gate-wide line's) meet the failure next, and reach the fallback after it.
     const policy = this.o.failure;
     if (policy === 'fail-closed') {
       this.refuse(
@@ -1707,9 +1771,8 @@ export class SharedGate {
       call.state = 'running';
       this.dequeued(call);
       this.run(call);
-      return;
-    }
-    this.toFallback(call);
+    } else this.toFallback(call);
+    this.passTurn(call, false);
   }
 
   /**

@@ -97,6 +97,34 @@ function oneCallPerKey(gate: SharedGate, clock: ManualClock, n: number) {
   return { starts, calls };
 }
 
+/**
+ * A gate on a memory store a round trip away: each reserve reaches the store `rttMs / 2` after it
+ * is sent (manual clock) and its answer comes back as long after. Counts the reserves.
+ */
+function remoteGate(rttMs: number, options: Partial<SharedGateOptions>) {
+  const { clock, store } = setup();
+  const count = { reserves: 0 };
+  const remote = Object.create(store) as MemoryStore;
+  remote.reserve = ((...args: Parameters<MemoryStore['reserve']>) => {
+    count.reserves++;
+    return new Promise((resolve) => {
+      clock.setTimeout(() => {
+        const decision = store.reserve(...args);
+        clock.setTimeout(() => resolve(decision), rttMs / 2);
+      }, rttMs / 2);
+    });
+  }) as unknown as MemoryStore['reserve'];
+  const gate = createSharedGate({ store: remote, clock, maxQueueTimeMs: 60_000, ...options });
+  /** Run the clock 1 ms at a time for `ms`, letting every answer and start happen. */
+  const run = async (ms: number) => {
+    for (let t = 0; t < ms; t++) {
+      clock.advance(1);
+      await flush();
+    }
+  };
+  return { clock, gate, count, run };
+}
+
 describe('shared gate on a memory store', () => {
   it('two gates on one store interleave their starts on the shared limit', async () => {
     const { clock, gate } = setup();
@@ -1030,7 +1058,7 @@ describe('shared gate on a memory store', () => {
     slow.reserve = ((...args: Parameters<MemoryStore['reserve']>) => {
       const decision = store.reserve(...args);
       return new Promise((resolve) => held.push(() => resolve(decision)));
-    }) as MemoryStore['reserve'];
+    }) as unknown as MemoryStore['reserve'];
     const gate = createSharedGate({
       store: slow,
       clock,
@@ -1059,6 +1087,80 @@ describe('shared gate on a memory store', () => {
     expect(starts.map(([key]) => key).sort()).toEqual(['k0', 'k1']);
     expect(gate.stats()).toMatchObject({ queued: 0, inFlight: 0 });
     await gate.close();
+  });
+
+  it('a key its own limit holds keeps its pace a round trip away (20 ms): no slot slips', async () => {
+    const { clock, gate, count, run } = remoteGate(20, {
+      limits: [{ algorithm: 'leaky-bucket', limit: 1000, intervalMs: 1000 }],
+      perKey: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+    });
+    const starts: number[] = [];
+    const calls = Array.from({ length: 31 }, () =>
+      gate.schedule(() => starts.push(clock.now() - T0), { key: 'k' }),
+    );
+    await run(4_000);
+    await Promise.all(calls);
+    expect(starts).toHaveLength(31);
+    // 100 ms apart (asking when the wait had passed here, each slot slipped a round trip: 120 ms).
+    for (let i = 1; i < starts.length; i++) expect(starts[i]! - starts[i - 1]!).toBeLessThanOrEqual(102);
+    expect(starts.at(-1)! - starts[0]!).toBeLessThanOrEqual(3_000 + 20);
+    // The 31 ask at once (a key's burst may admit them all), then each waits for its slot and asks
+    // once more: 91 requests. (Doubling turns per slot, it cost a third request per call each slot.)
+    expect(count.reserves).toBeLessThanOrEqual(3 * 31);
+  });
+
+  it('calls of one key inside both bursts reserve together, not in turns', async () => {
+    const { clock, gate, run } = remoteGate(2, {
+      limits: [{ algorithm: 'token-bucket', limit: 1000, intervalMs: 1000, burst: 100 }],
+      perKey: [{ algorithm: 'token-bucket', limit: 100, intervalMs: 1000, burst: 100 }],
+    });
+    const starts: number[] = [];
+    const calls = Array.from({ length: 64 }, () =>
+      gate.schedule(() => starts.push(clock.now() - T0), { key: 'k' }),
+    );
+    await run(50);
+    await Promise.all(calls);
+    // All within one round trip (in turns of 1, 2, 4, ... they took 20 ms).
+    expect(Math.max(...starts)).toBeLessThanOrEqual(3);
+  });
+
+  it('the gate-wide line lets more calls ask at once when a window frees many slots', async () => {
+    const { clock, gate, run } = remoteGate(2, {
+      limits: [{ algorithm: 'fixed-window', limit: 100, intervalMs: 1000 }],
+      arrivalMarginMs: 1,
+    });
+    const starts: number[] = [];
+    const calls = Array.from({ length: 300 }, (_, i) =>
+      gate.schedule(() => starts.push(clock.now() - T0), { key: `k${i}` }),
+    );
+    await run(3_100);
+    await Promise.all(calls);
+    const second = starts.filter((at) => at >= 1_000 && at < 2_000);
+    expect(second).toHaveLength(100);
+    // One at a time, a round trip each, the window's 100 took 200 ms to start.
+    expect(Math.max(...second) - Math.min(...second)).toBeLessThanOrEqual(40);
+  });
+
+  it('when the store is down at the gate-wide line slot, the line asker reaches the fallback first', async () => {
+    const { clock, outage, gate } = outageSetup(false, {
+      limits: [{ algorithm: 'fixed-window', limit: 1, intervalMs: 1000 }],
+      arrivalMarginMs: 1,
+      maxQueueTimeMs: 60_000,
+    });
+    const starts: string[] = [];
+    const calls = ['A', 'B', 'C', 'D'].map((name, i) =>
+      gate.schedule(() => starts.push(name), { key: `k${i}` }),
+    );
+    await flush();
+    expect(starts).toEqual(['A']);
+    // B waits for the next window for the line; C and D wait in it. The store fails at B's slot.
+    outage.broken = true;
+    for (let t = 0; t < 200; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    await Promise.all(calls);
+    expect(starts).toEqual(['A', 'B', 'C', 'D']);
   });
 
   it('a pause set while the store is down holds the fallback, is written to the store when it answers, and costs no busy loop', async () => {
