@@ -794,7 +794,10 @@ export class SharedGate {
     if (call.released) {
       call.released = false;
       this.lineReleased--;
-      if (d.ok) this.lineWidth = Math.min(this.lineWidth * 2, MAX_TURNS);
+      // At full width and still granted, the gate-wide levels no longer bind: the line clears
+      // (waitInLine brings it back to one when they hold a call again).
+      if (d.ok)
+        this.lineWidth = this.lineWidth >= MAX_TURNS ? Infinity : Math.min(this.lineWidth * 2, MAX_TURNS);
     }
     this.decide(call, d);
     if (fromLine) this.releaseLine();
@@ -1280,9 +1283,13 @@ export class SharedGate {
     const info = call.info;
     call.turn = false;
     info.asking--;
-    if (info.head === call) info.head = undefined;
-    // A key its own limit holds admits about one call per slot: more turns would be refused.
-    if (admitted && !call.ownWaits) info.width = Math.min(info.width * 2, MAX_TURNS);
+    const wasHead = info.head === call;
+    if (wasHead) info.head = undefined;
+    // A key its own limit holds admits about one call per slot (more turns would be refused),
+    // unless a call that did not wait for a slot was admitted at once: the limit no longer binds.
+    const r = call.reservation;
+    const opened = !call.ownWaits || (!wasHead && r !== undefined && r.startAt <= r.serverNow);
+    if (admitted && opened) info.width = Math.min(info.width * 2, MAX_TURNS);
     this.pump(info);
   }
 
