@@ -219,6 +219,8 @@ interface Queued {
   readonly options: ReserveOptions | undefined;
   readonly resolve: (decision: StoreDecision | Promise<StoreDecision>) => void;
   readonly reject: (error: unknown) => void;
+  /** Refused by a bucket script with `ownFrom`: the general script decides it (see reserveWith). */
+  general: boolean;
 }
 
 const NO_LEARNED: StoreReservation['learned'] = Object.freeze([]);
@@ -520,9 +522,12 @@ export class RedisStore implements Store {
   ): Promise<StoreDecision> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
     const shape = this.shapeOf(partition, options?.scope ?? '', levels);
-    // The bucket scripts have no shared/own split (ReserveOptions.ownFrom): the general one does.
-    if (!shape.buckets || options?.ownFrom !== undefined)
-      return this.reserveGeneral(shape, nowArg, partition, costs, maxWaitMs, options);
+    if (!shape.buckets) return this.reserveGeneral(shape, nowArg, partition, costs, maxWaitMs, options);
+    // The bucket scripts have no shared/own split (ReserveOptions.ownFrom), but a call they can
+    // start within ownWaitMs is decided the same either way: they decide that (batched, the common
+    // case), and a call they would refuse goes to the general script, which says who held it.
+    const own = options?.ownFrom === undefined ? Infinity : Math.max(0, options.ownWaitMs ?? 0);
+    const bound = Math.min(Number.isFinite(maxWaitMs) ? Math.max(0, maxWaitMs) : Infinity, own);
     return new Promise<StoreDecision>((resolve, reject) => {
       const queued: Queued = {
         shape,
@@ -530,12 +535,13 @@ export class RedisStore implements Store {
         nowMs: nowArg === '' ? Number.NaN : Number(nowArg),
         maxWaitMs,
         // -1 means no bound; a deadline already past is a bound of 0.
-        maxWaitArg: Number.isFinite(maxWaitMs) ? String(Math.max(0, maxWaitMs)) : '-1',
+        maxWaitArg: Number.isFinite(bound) ? String(bound) : '-1',
         partition,
         costs,
         options,
         resolve,
         reject,
+        general: false,
       };
       if (!this.batch) {
         this.send([queued]);
@@ -643,6 +649,7 @@ export class RedisStore implements Store {
     const serverNow = timeOf(reply[0] as number);
     let r = 1;
     let undecided: Queued[] | undefined;
+    let learnedSeen = false;
     // Each level's mark after the latest take of this batch (a later call answers '=' for it).
     const taken = batch.length > 1 ? new Map<string, number>() : undefined;
     for (const q of batch) {
@@ -700,6 +707,13 @@ export class RedisStore implements Store {
           marks,
           learned: NO_LEARNED,
         });
+      } else if (kind === 0 && q.options?.ownFrom !== undefined && reply[r + 2] === 'wait') {
+        // Past ownWaitMs or maxWaitMs: the general script decides whether to reserve it ahead (the
+        // gate-wide levels hold it) or refuse it (its own do), in this call's order.
+        q.general = true;
+        undecided ??= [];
+        undecided.push(q);
+        r += 3;
       } else if (kind === 0) {
         q.resolve({
           ok: false,
@@ -709,12 +723,13 @@ export class RedisStore implements Store {
         });
         r += 3;
       } else if (kind === 2) {
-        if (undecided === undefined) {
-          // The first undecided call's scope has learned limits: the general script serves its
-          // shape from now on.
+        if (!learnedSeen) {
+          // The first call answered 2: its scope has learned limits, the general script serves
+          // its shape from now on.
+          learnedSeen = true;
           q.shape.buckets = false;
-          undecided = [];
         }
+        undecided ??= [];
         undecided.push(q);
         r += 1;
       } else {
@@ -736,7 +751,7 @@ export class RedisStore implements Store {
     }
     let run: Queued[] = [];
     for (const q of calls) {
-      if (q.shape.buckets) {
+      if (q.shape.buckets && !q.general) {
         run.push(q);
         continue;
       }

@@ -230,6 +230,27 @@ describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () =>
     expect(answers.map((a) => (a.ok ? a.learned.length : -1))).toEqual([1, 0, 1, 1]);
   });
 
+  it('calls with ownFrom stay in the batch; those it would refuse are decided by the general script, in order', async () => {
+    const store = make();
+    await store.preload();
+    const memory = new MemoryStore();
+    const p = fresh();
+    const wide = level('wide', { algorithm: 'token-bucket', limit: 100, intervalMs: 1000, burst: 100 });
+    const own = level('own', { algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 3 });
+    const opts = { scope: 's', ownFrom: 1, ownWaitMs: 5 };
+    const before = store.commandsSent;
+    const decide = (s: RedisStore | MemoryStore) =>
+      Array.from({ length: 6 }, () => s.reserveAt(p, [wide, own], [1, 1], 60_000, T0, opts));
+    const answers = await Promise.all(decide(store));
+    // The key's burst of 3 starts at once; the other 3 are held by its own level and refused.
+    expect(answers.map((d) => d.ok)).toEqual([true, true, true, false, false, false]);
+    expect(answers.slice(3)).toEqual(
+      (await Promise.all(decide(memory))).slice(3).map((d) => ({ ...d, shared: false })),
+    );
+    // One batch, then one general script per refused call.
+    expect(store.commandsSent - before).toBe(1 + 3);
+  });
+
   it('batch: false sends one EVALSHA per decision, with the same answers', async () => {
     const batched = make();
     const single = make({ batch: false });
