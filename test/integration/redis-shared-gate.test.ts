@@ -1537,22 +1537,24 @@ describe.skipIf(skip !== false)('shared gate on Redis', () => {
     for (const g of gates) await g.close();
   });
   const keyPrefix = `tollgate-shared-${process.pid}-${Date.now()}`;
-
-  it('two gates (two connections) never exceed the shared leaky bucket together', async () => {
-    const make = () => {
-      const g = createSharedGate({
-        redis: REDIS_URL,
-        keyPrefix,
-        limits: [{ algorithm: 'leaky-bucket', limit: 100, intervalMs: 1000 }],
-      });
+  /** Two gates on their own connections (two processes), both connected. */
+  const twoGates = async (options: Partial<SharedGateOptions>) => {
+    const pair = [0, 1].map(() => {
+      const g = createSharedGate({ redis: REDIS_URL, ...options });
       gates.push(g);
       return g;
-    };
-    const a = make();
-    const b = make();
+    });
+    await Promise.all(pair.map((g) => g.store.time()));
+    return pair as [SharedGate, SharedGate];
+  };
+
+  it('two gates (two connections) never exceed the shared leaky bucket together', async () => {
     // Both connected first: a first answer held up by connecting arrives after later slots have
     // passed, and calls up to lateToleranceMs late start together; this checks the spacing only.
-    await Promise.all([a.store.time(), b.store.time()]);
+    const [a, b] = await twoGates({
+      keyPrefix,
+      limits: [{ algorithm: 'leaky-bucket', limit: 100, intervalMs: 1000 }],
+    });
     const starts: number[] = [];
     const stamp = () => starts.push(performance.now());
     const t0 = performance.now();
@@ -1570,19 +1572,11 @@ describe.skipIf(skip !== false)('shared gate on Redis', () => {
   });
 
   it('two gates: a slow key does not hold the other keys behind the gate-wide limit', async () => {
-    const make = () => {
-      const g = createSharedGate({
-        redis: REDIS_URL,
-        keyPrefix: `${keyPrefix}-own`,
-        limits: [{ algorithm: 'leaky-bucket', limit: 100, intervalMs: 1000 }],
-        perKey: [{ algorithm: 'leaky-bucket', limit: 2, intervalMs: 1000 }],
-      });
-      gates.push(g);
-      return g;
-    };
-    const a = make();
-    const b = make();
-    await Promise.all([a.store.time(), b.store.time()]);
+    const [a, b] = await twoGates({
+      keyPrefix: `${keyPrefix}-own`,
+      limits: [{ algorithm: 'leaky-bucket', limit: 100, intervalMs: 1000 }],
+      perKey: [{ algorithm: 'leaky-bucket', limit: 2, intervalMs: 1000 }],
+    });
     const t0 = performance.now();
     const starts: [string, number][] = [];
     const stamp = (key: string) => () => starts.push([key, performance.now() - t0]);
@@ -1601,21 +1595,13 @@ describe.skipIf(skip !== false)('shared gate on Redis', () => {
   });
 
   it('two gates, window calls of many keys under a binding gate-wide limit: a few commands per call, on pace', async () => {
-    const make = () => {
-      const g = createSharedGate({
-        redis: REDIS_URL,
-        keyPrefix: `${keyPrefix}-line`,
-        limits: [{ algorithm: 'leaky-bucket', limit: 20, intervalMs: 1000 }],
-        // Each key's own window makes every call a window call (counted from its response).
-        perKey: [{ algorithm: 'sliding-log', limit: 5, intervalMs: 1000 }],
-        arrivalMarginMs: 20,
-      });
-      gates.push(g);
-      return g;
-    };
-    const a = make();
-    const b = make();
-    await Promise.all([a.store.time(), b.store.time()]);
+    const [a, b] = await twoGates({
+      keyPrefix: `${keyPrefix}-line`,
+      limits: [{ algorithm: 'leaky-bucket', limit: 20, intervalMs: 1000 }],
+      // Each key's own window makes every call a window call (counted from its response).
+      perKey: [{ algorithm: 'sliding-log', limit: 5, intervalMs: 1000 }],
+      arrivalMarginMs: 20,
+    });
     const starts: number[] = [];
     const t0 = performance.now();
     await Promise.all(
