@@ -38,7 +38,7 @@ import type {
   StorePauseEvent,
   StoreReservation,
 } from './store.js';
-import { seedAge } from './store.js';
+import { ownWaitOf, seedAge } from './store.js';
 
 export interface RedisStoreOptions {
   /** An `ioredis` client (`Redis` or `Cluster`), or a URL such as `redis://127.0.0.1:6379`. */
@@ -521,12 +521,17 @@ export class RedisStore implements Store {
     options: ReserveOptions | undefined,
   ): Promise<StoreDecision> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
+    let own: number;
+    try {
+      own = ownWaitOf(options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     const shape = this.shapeOf(partition, options?.scope ?? '', levels);
     if (!shape.buckets) return this.reserveGeneral(shape, nowArg, partition, costs, maxWaitMs, options);
     // The bucket scripts have no shared/own split (ReserveOptions.ownFrom), but a call they can
     // start within ownWaitMs is decided the same either way: they decide that (batched, the common
     // case), and a call they would refuse goes to the general script, which says who held it.
-    const own = options?.ownFrom === undefined ? Infinity : Math.max(0, options.ownWaitMs ?? 0);
     const bound = Math.min(Number.isFinite(maxWaitMs) ? Math.max(0, maxWaitMs) : Infinity, own);
     return new Promise<StoreDecision>((resolve, reject) => {
       const queued: Queued = {
@@ -782,7 +787,7 @@ export class RedisStore implements Store {
     if (shape.leased) args[at + 4] = id;
     if (options?.ownFrom !== undefined) {
       args[at + 7] = String(options.ownFrom);
-      args[at + 8] = String(Math.max(0, options.ownWaitMs ?? 0));
+      args[at + 8] = String(options.ownWaitMs ?? 0);
     }
     const units = options?.units;
     if (units !== undefined) {

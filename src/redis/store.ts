@@ -221,3 +221,23 @@ export function seedAge(options: LearnOptions | undefined): number {
     throw invalid('seedAgeMs', 'a finite number of ms >= 0', age);
   return age;
 }
+
+/**
+ * The wait `options` allow a call's own levels (`ReserveOptions.ownFrom`): Infinity without
+ * `ownFrom`. Throws naming the option when `ownFrom` is not an integer >= 0 or `ownWaitMs` not a
+ * number >= 0.
+ */
+export function ownWaitOf(options: ReserveOptions | undefined): number {
+  const ownFrom = options?.ownFrom;
+  const ownWaitMs = options?.ownWaitMs;
+  if (ownFrom === undefined) {
+    if (ownWaitMs !== undefined) throw invalid('ownWaitMs', 'given only with ownFrom', ownWaitMs);
+    return Infinity;
+  }
+  if (typeof ownFrom !== 'number' || !Number.isInteger(ownFrom) || ownFrom < 0)
+    throw invalid('ownFrom', 'an integer >= 0', ownFrom);
+  if (ownWaitMs === undefined) return 0;
+  if (typeof ownWaitMs !== 'number' || !(ownWaitMs >= 0))
+    throw invalid('ownWaitMs', 'a number >= 0', ownWaitMs);
+  return ownWaitMs;
+}

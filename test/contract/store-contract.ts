@@ -132,6 +132,28 @@ export function storeContract(
       expect(await store.reserveAt(p, [wide, key5], [1, 1], 10, T0)).not.toHaveProperty('shared');
     });
 
+    it('a bad ownFrom or ownWaitMs is named (thrown or rejected) and takes nothing', async () => {
+      const store = await make();
+      const p = fresh();
+      const bads: [Record<string, unknown>, RegExp][] = [
+        [{ ownFrom: -1 }, /ownFrom/],
+        [{ ownFrom: 1.5 }, /ownFrom/],
+        [{ ownFrom: Number.NaN }, /ownFrom/],
+        [{ ownFrom: '1' }, /ownFrom/],
+        [{ ownFrom: 1, ownWaitMs: -5 }, /ownWaitMs/],
+        [{ ownFrom: 1, ownWaitMs: Number.NaN }, /ownWaitMs/],
+        [{ ownFrom: 1, ownWaitMs: '5' }, /ownWaitMs/],
+        [{ ownWaitMs: 5 }, /ownWaitMs/],
+      ];
+      for (const [bad, name] of bads) {
+        await expect(
+          Promise.resolve().then(() => store.reserveAt(p, [tb, leaky], [1, 1], 0, T0, bad as never)),
+        ).rejects.toThrow(name);
+      }
+      // Nothing was taken: the burst of 3 is whole.
+      for (let i = 0; i < 3; i++) granted(await store.reserveAt(p, [tb], [1], 0, T0));
+    });
+
     it('with ownFrom, the partition pause is shared and the scope pause is the call own', async () => {
       const store = await make();
       const p = fresh();
