@@ -789,16 +789,12 @@ export class SharedGate {
     // A call asking for the gate-wide line answered: it speaks for the line again only if the
     // gate-wide levels hold it again (waitInLine). A call let out and granted at once shows room
     // beyond one slot (a window that freed several): twice as many ask next time.
-    const fromLine = call === this.lineAsker || call.released;
-    if (call === this.lineAsker) this.lineAsker = undefined;
-    if (call.released) {
-      call.released = false;
-      this.lineReleased--;
-      // At full width and still granted, the gate-wide levels no longer bind: the line clears
-      // (waitInLine brings it back to one when they hold a call again).
-      if (d.ok)
-        this.lineWidth = this.lineWidth >= MAX_TURNS ? Infinity : Math.min(this.lineWidth * 2, MAX_TURNS);
-    }
+    const released = call.released;
+    const fromLine = this.stopAsking(call);
+    // At full width and still granted, the gate-wide levels no longer bind: the line clears
+    // (waitInLine brings it back to one when they hold a call again).
+    if (released && d.ok)
+      this.lineWidth = this.lineWidth >= MAX_TURNS ? Infinity : Math.min(this.lineWidth * 2, MAX_TURNS);
     this.decide(call, d);
     if (fromLine) this.releaseLine();
   }
@@ -1178,12 +1174,6 @@ export class SharedGate {
     if (this.lineAsker === undefined && this.lineReleased === 0 && this.lineFirst === this.line.length)
       return false;
     if (call === this.lineAsker || call.released) return false;
-    const asker = this.lineAsker;
-    if (asker !== undefined && asker.heapIndex >= 0 && call.deadline < asker.at) {
-      // The line starts nothing before its asker's slot.
-      this.refuse(call, deadlineError(call, asker.at, call.attempt === 0));
-      return true;
-    }
     this.joinLine(call);
     // Room among the calls let out: it (or one before it) asks now.
     this.releaseLine();
@@ -1207,10 +1197,6 @@ export class SharedGate {
       return;
     }
     if (this.lineAsker !== undefined && this.lineAsker !== call) {
-      if (call.deadline < this.lineAsker.at) {
-        this.refuse(call, deadlineError(call, this.lineAsker.at, call.attempt === 0));
-        return;
-      }
       this.joinLine(call);
       return;
     }
@@ -1224,8 +1210,16 @@ export class SharedGate {
     }
   }
 
-  /** Queue `call` in the gate-wide line, in schedule order. */
+  /**
+   * Queue `call` in the gate-wide line, in schedule order, or refuse it now when its deadline comes
+   * before the slot the line's asker waits for (the line starts nothing before it).
+   */
   private joinLine(call: SharedCall): void {
+    const asker = this.lineAsker;
+    if (asker !== undefined && call.deadline < asker.at) {
+      this.refuse(call, deadlineError(call, asker.at, call.attempt === 0));
+      return;
+    }
     call.state = 'retrying';
     call.inLine = true;
     const line = this.line;
@@ -1267,13 +1261,19 @@ export class SharedGate {
   /** `call` leaves the gate-wide line, whatever its place in it (waiting, asking, or speaking for it). */
   private leaveLine(call: SharedCall): void {
     call.inLine = false;
-    const wasAsking = call === this.lineAsker || call.released;
-    if (call === this.lineAsker) this.lineAsker = undefined;
-    if (call.released) {
-      call.released = false;
-      this.lineReleased--;
+    if (this.stopAsking(call)) this.releaseLine();
+  }
+
+  /** `call` no longer asks for the gate-wide line (as its asker, or let out): true if it did. */
+  private stopAsking(call: SharedCall): boolean {
+    if (call === this.lineAsker) {
+      this.lineAsker = undefined;
+      return true;
     }
-    if (wasAsking) this.releaseLine();
+    if (!call.released) return false;
+    call.released = false;
+    this.lineReleased--;
+    return true;
   }
 
   /** `call` is reserved (`admitted`), refused or gone to the failure policy: its turn passes on. */
