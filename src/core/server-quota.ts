@@ -39,6 +39,35 @@ export interface ServerQuotaState {
   updatedAt: number;
   /** Renewed by the gate at a reset since a response set it: what it holds now is the gate's guess. */
   renewed?: boolean;
+  /**
+   * The answers whose bounds hold the allowance (see `creditServerQuota`), the binding one at gap
+   * 0; undefined when answers of different provider limits (policies) bound it: then nothing is
+   * given back.
+   */
+  bounds?: readonly QuotaBound[] | undefined;
+  /** Of the answers seen, the one a newer answer must be clearly below to replace it (`lowerAnswer`). */
+  lowest?: QuotaAnswer | undefined;
+  /** When the latest answer seen came in (see `mayBeStale`). */
+  lastAnsweredAt?: number | undefined;
+}
+
+/** What one answer said, for `creditServerQuota`. */
+export interface QuotaAnswer {
+  /** The provider's remaining (after counting the answered call). */
+  readonly remaining: number;
+  /** When the answered call started (gate clock ms): the provider counted it no earlier. */
+  readonly startedAt: number;
+  /** The provider's limit the answer stated. */
+  readonly limit: number | undefined;
+  /** The answered call's units. */
+  readonly units: number;
+  /** When the answer came (gate clock ms): a call started since was counted after it. */
+  readonly answeredAt: number;
+}
+
+/** An answer's bound on the allowance: `gap` units above it (every start takes from both). */
+export interface QuotaBound extends QuotaAnswer {
+  readonly gap: number;
 }
 
 /** Allowance at `t` in refill mode: what was left, plus the refill since, up to the limit. */
@@ -48,6 +77,11 @@ function refilled(state: ServerQuotaState, t: number): number {
     state.limit ?? Infinity,
     state.allowance + Math.max(0, t - state.updatedAt) * state.refillPerMs,
   );
+}
+
+/** What the quota allows at `now` (refilled, in refill mode), before any renewal at a reset. */
+export function quotaAllowanceAt(state: ServerQuotaState, now: number): number {
+  return state.refillPerMs > 0 ? refilled(state, now) : state.allowance;
 }
 
 /** Windows renewed without a fresh response before the quota is considered forgotten (idle). */
@@ -96,8 +130,9 @@ export function inSameWindow(state: ServerQuotaState, resetAt: number, now: numb
  * The provider may have seen the older call after the newer one, so its answer can be the later
  * news: its `bound` (remaining minus everything the provider may not have seen then) holds until
  * the window ends, and so does the later of the two resets. It only ever tightens the quota: an
- * older answer never lends what a newer one took away. In a window already over (`now` past the
- * reset, or renewed by the gate since) it says nothing.
+ * older answer never lends what a newer one took away (it gives back only what it proves was
+ * counted, before: `creditServerQuota`). In a window already over (`now` past the reset, or
+ * renewed by the gate since) it says nothing.
  */
 export function tightenServerQuota(
   state: ServerQuotaState,
@@ -105,22 +140,159 @@ export function tightenServerQuota(
   resetAt: number,
   spanMs: number,
   now: number,
+  answer: QuotaAnswer,
+  inFlight: number,
 ): void {
   if (state.refillPerMs > 0) {
-    state.allowance = Math.min(refilled(state, now), bound);
+    state.allowance = refilled(state, now);
     state.updatedAt = Math.max(state.updatedAt, now);
   } else {
     // After the reset (renewed or about to be), or with a reset already past or clearly before
     // the quota's, an older answer is from the window before.
     if (now >= state.resetAt || state.renewed === true) return;
     if (resetAt <= now || resetAt < state.resetAt - RESET_RESOLUTION_MS) return;
-    state.allowance = Math.min(state.allowance, bound);
   }
+  boundServerQuota(state, bound, answer, inFlight);
   if (resetAt > state.resetAt) state.resetAt = resetAt;
   if (spanMs > state.spanMs) state.spanMs = spanMs;
   // spread: what is left lasts until the reset (ms per unit).
   if (state.spacingMs > 0 && state.allowance > 0)
     state.spacingMs = Math.max(state.spacingMs, (state.resetAt - now) / state.allowance);
+}
+
+/**
+ * Whether the provider counted the call of an answer saying `remaining`, costing `units`, before
+ * the call of `earlier`. Counting a call lowers what is left by its units. Had it come after, it
+ * would say at most `earlier.remaining - units`, plus what the provider refilled between the two
+ * counts (no later than now, no earlier than `earlier`'s start), and never below 0. Had it come
+ * before, it would say `earlier.remaining + earlier.units` or more, unless the provider refilled
+ * in between: only that is taken as proof (a refill in between only withholds a credit), so a
+ * provider whose remaining does not move (stale, rounded) proves nothing.
+ */
+function countedBefore(
+  earlier: QuotaAnswer,
+  remaining: number,
+  units: number,
+  refillPerMs: number,
+  now: number,
+): boolean {
+  // units = units/ms * ms
+  const refill = refillPerMs * Math.max(0, now - earlier.startedAt);
+  return (
+    remaining >= earlier.remaining + earlier.units &&
+    remaining > Math.max(0, earlier.remaining - units + refill)
+  );
+}
+
+/**
+ * Whether an answer to a newer call than the quota's may still be older news (refill mode): the
+ * provider may have counted its call before the one the quota rests on, whose answer came back
+ * first. Only an answer that says clearly less was left than every answer seen (by that call's
+ * units, beyond what the provider may have refilled since) is surely later, and replaces the
+ * quota; any other only bounds it.
+ */
+export function mayBeStale(state: ServerQuotaState, answer: QuotaAnswer, now: number): boolean {
+  const lowest = state.lowest;
+  if (lowest === undefined || lowest.limit !== answer.limit) return true;
+  // A call started after every answer seen came in was counted after all of them.
+  if (answer.startedAt > (state.lastAnsweredAt ?? Infinity)) return false;
+  // units = units/ms * ms
+  const refill = state.refillPerMs * Math.max(0, now - lowest.startedAt);
+  return answer.remaining >= lowest.remaining + lowest.units - refill;
+}
+
+/**
+ * Of two answers, the one a later answer must say clearly less than to be surely later news (see
+ * `mayBeStale`): the lower remaining plus units, counting what the provider refilled since each
+ * started (`refillPerMs`).
+ */
+export function lowerAnswer(a: QuotaAnswer | undefined, b: QuotaAnswer, refillPerMs: number): QuotaAnswer {
+  if (a === undefined || a.limit !== b.limit) return b;
+  // The threshold at any time t is remaining + units - refillPerMs * (t - startedAt).
+  const key = (x: QuotaAnswer) => x.remaining + x.units + refillPerMs * x.startedAt;
+  return key(b) <= key(a) ? b : a;
+}
+
+/** Bounds kept per quota; beyond, the two loosest merge into one (credited as both allow). */
+const MAX_BOUNDS = 128;
+
+/**
+ * A new upper bound on the allowance, from `answer` (mutates): the lowest bound holds. The others
+ * are kept while credits can still make them the lowest: only the `inFlight` units (calls not yet
+ * answered) can be credited, each once, and every later start takes from all bounds alike.
+ */
+export function boundServerQuota(
+  state: ServerQuotaState,
+  bound: number,
+  answer: QuotaAnswer,
+  inFlight: number,
+): void {
+  state.lowest = lowerAnswer(state.lowest, answer, state.refillPerMs);
+  state.lastAnsweredAt = Math.max(state.lastAnsweredAt ?? -Infinity, answer.answeredAt);
+  const bounds = state.bounds;
+  if (bounds === undefined || bounds.some((b) => b.limit !== answer.limit)) {
+    // Answers of different policies of a unit are not comparable: no credits from now on.
+    state.allowance = Math.min(state.allowance, bound);
+    state.bounds = undefined;
+    return;
+  }
+  // lift > 0: the new bound is the lowest, the others are that much further above it.
+  const lift = Math.max(0, state.allowance - bound);
+  const next: QuotaBound[] = [];
+  for (const b of bounds) if (b.gap + lift <= inFlight) next.push({ ...b, gap: b.gap + lift });
+  if (bound - state.allowance + lift <= inFlight)
+    next.push({ ...answer, gap: bound - state.allowance + lift });
+  state.allowance -= lift;
+  next.sort((x, y) => x.gap - y.gap);
+  while (next.length > MAX_BOUNDS) {
+    const loosest = next.pop()!;
+    const other = next.pop()!;
+    // The lower of the two holds; it is credited only for a call counted before both answers.
+    next.push({
+      gap: other.gap,
+      remaining: Math.max(loosest.remaining, other.remaining),
+      units: Math.max(loosest.units, other.units),
+      answeredAt: Math.max(loosest.answeredAt, other.answeredAt),
+      startedAt: Math.min(loosest.startedAt, other.startedAt),
+      limit: answer.limit,
+    });
+  }
+  state.bounds = next;
+}
+
+/**
+ * A call's answer, before its own bound applies (mutates). Every answer the quota rests on came
+ * in earlier and subtracted this call's `units` as possibly unseen: it was unanswered then. Each bound whose answer this one shows the provider counted later (see
+ * `countedBefore`) subtracted them for nothing and gets them back; the allowance rises as far as
+ * the lowest bound then allows. Any doubt gives nothing back: another window, another policy of
+ * the unit, a quota the gate renewed.
+ */
+export function creditServerQuota(
+  state: ServerQuotaState,
+  answer: QuotaAnswer,
+  resetAt: number,
+  now: number,
+): void {
+  const units = answer.units;
+  const bounds = state.bounds;
+  if (bounds === undefined || bounds.length === 0 || !(units > 0) || !Number.isFinite(units)) return;
+  if (bounds.some((b) => b.limit !== answer.limit)) return;
+  const refillPerMs = state.refillPerMs;
+  if (refillPerMs === 0) {
+    if (state.renewed === true || now >= state.resetAt) return;
+    if (Math.abs(resetAt - state.resetAt) > RESET_RESOLUTION_MS) return;
+  }
+  const gaps = bounds.map(
+    (b) => b.gap + (countedBefore(b, answer.remaining, units, refillPerMs, now) ? units : 0),
+  );
+  const lift = Math.min(...gaps);
+  if (!(lift > 0)) return;
+  if (refillPerMs > 0) {
+    state.allowance = refilled(state, now);
+    state.updatedAt = Math.max(state.updatedAt, now);
+  }
+  state.allowance = Math.min(state.limit ?? Infinity, state.allowance + lift);
+  state.bounds = bounds.map((b, i) => ({ ...b, gap: gaps[i]! - lift }));
 }
 
 export function createServerQuota(unit: string): LimitCore<ServerQuotaState> {

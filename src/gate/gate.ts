@@ -17,8 +17,14 @@ import type { LimitCore, LimitSpec } from '../core/limit.js';
 import { minIntervalMs } from '../core/normalize-limit-spec.js';
 import { countsWindow, recountAtMs, recountState } from '../core/recount.js';
 import {
+  boundServerQuota,
   createServerQuota,
+  creditServerQuota,
   inSameWindow,
+  lowerAnswer,
+  mayBeStale,
+  type QuotaAnswer,
+  quotaAllowanceAt,
   type ServerQuotaState,
   tightenServerQuota,
 } from '../core/server-quota.js';
@@ -184,6 +190,8 @@ interface Call extends QueueEntry {
   seq: number;
   /** Units started in its partition up to and including this call, per unit (`cum` at its start). */
   mark: Map<string, number> | undefined;
+  /** Its own units at its last start, per unit (read once: a cost record changed later is not). */
+  units: readonly (readonly [string, number])[] | undefined;
   /** The limits in force when the call last started (for releasing its permits). */
   gcores: readonly LimitCore[] | undefined;
   kcores: readonly LimitCore[] | undefined;
@@ -1097,6 +1105,7 @@ export class Gate {
       attempt: 0,
       seq: 0,
       mark: undefined,
+      units: undefined,
       gcores: undefined,
       kcores: undefined,
       startedAt: 0,
@@ -1156,7 +1165,11 @@ export class Gate {
   }
 
   /** Count a start in a partition that listens to its provider (what the server may not have seen yet). */
-  private countStart(p: Partition, cost: ScheduleOptions['cost'], now: number): void {
+  private countStart(
+    p: Partition,
+    cost: ScheduleOptions['cost'],
+    now: number,
+  ): readonly (readonly [string, number])[] {
     p.seq++;
     if (p.seq === 1) p.firstStartAt = now;
     // The units are read once: a caller changing its cost object later changes nothing here.
@@ -1165,6 +1178,7 @@ export class Gate {
     for (const [unit, n] of units) cum.set(unit, (cum.get(unit) ?? 0) + n);
     p.unanswered ??= new Map();
     p.unanswered.set(p.seq, units);
+    return units;
   }
 
   /**
@@ -1181,6 +1195,13 @@ export class Gate {
       for (const [u, n] of units) if (u === unit) unseen += n;
     }
     return unseen;
+  }
+
+  /** Units of `unit` started in the partition and not yet answered. */
+  private inFlightUnits(p: Partition, unit: string): number {
+    let units = 0;
+    for (const started of p.unanswered?.values() ?? []) units += unitsOfUnit(started, unit);
+    return units;
   }
 
   /**
@@ -1742,7 +1763,7 @@ export class Gate {
     call.extraCount = p.extra?.ids.length ?? 0;
     if (call.inspect !== undefined) this.startProbe(p, now);
     p.cum ??= new Map();
-    this.countStart(p, call.cost, now);
+    call.units = this.countStart(p, call.cost, now);
     call.seq = p.seq;
     call.mark = new Map(p.cum);
     call.observed = this.observe;
@@ -1962,6 +1983,13 @@ export class Gate {
       // What the provider had not seen when it answered (see `unseenBy`). Subtracted, the rest is
       // an upper bound on what is left now (until the reset).
       const allowance = policy!.remaining! - this.unseenBy(p, call, unit);
+      const answer: QuotaAnswer = {
+        remaining: policy!.remaining!,
+        startedAt: call.startedAt,
+        limit: policy!.limit,
+        units: unitsOfUnit(call.units, unit),
+        answeredAt: now,
+      };
       // A reset further away than maxRetryAfterMs holds calls no longer than that cap, as a
       // Retry-After does (never sleep for a day): then the next call asks the provider again, and
       // its answer (a 429 past the cap refuses it with RateLimitedError) decides. Such a quota is
@@ -1971,21 +1999,33 @@ export class Gate {
       // The window to renew with: stated, else the longest reset span seen (a response early in a
       // window shows nearly all of it).
       const spanMs = capped ? 0 : (policy!.windowMs ?? Math.max(previous?.spanMs ?? 0, policy!.resetMs!));
+      // The answers the quota rests on held this call's units as possibly unseen: it gives them
+      // back if it shows the provider counted it before them.
+      if (previous !== undefined) creditServerQuota(previous, answer, resetAt, now);
       // A response to an older call than the one that set the quota may still be later news (the
       // provider may have seen that call last): it can only tighten the quota.
       if (previous !== undefined && previous.seq > call.seq) {
-        tightenServerQuota(previous, allowance, resetAt, spanMs, now);
+        tightenServerQuota(previous, allowance, resetAt, spanMs, now, answer, this.inFlightUnits(p, unit));
         this.dropShadow(p);
         changed = true;
         continue;
       }
-      // In the window the quota already describes, the lower of the two holds: the provider may
-      // have counted a call after this one whose answer came back first.
-      const same = previous !== undefined && inSameWindow(previous, resetAt, now);
-      const left = same ? Math.min(previous!.allowance, allowance) : allowance;
+      // Providers whose reset means "full again" are token buckets: refill continuously.
+      const refillPerMs =
+        REFILL_SOURCES.has(policy!.source) && policy!.limit !== undefined && policy!.resetMs! > 0
+          ? Math.max(0, policy!.limit - policy!.remaining!) / policy!.resetMs!
+          : (previous?.refillPerMs ?? 0);
+      // In the window the quota already describes, or in the bucket it refills, the lower of the
+      // two holds: the provider may have counted a call after this one whose answer came back first.
+      const inWindow = previous !== undefined && inSameWindow(previous, resetAt, now);
+      const same =
+        inWindow ||
+        (refillPerMs > 0 && (previous?.refillPerMs ?? 0) > 0 && mayBeStale(previous!, answer, now));
+      const held = same ? quotaAllowanceAt(previous!, now) : allowance;
+      const left = Math.min(held, allowance);
       const state: ServerQuotaState = {
         allowance: left,
-        resetAt: same ? Math.max(previous!.resetAt, resetAt) : resetAt,
+        resetAt: inWindow ? Math.max(previous!.resetAt, resetAt) : resetAt,
         limit: capped ? undefined : policy!.limit,
         spanMs,
         // spread: ms per unit so what is left lasts until the (real) reset.
@@ -1993,13 +2033,18 @@ export class Gate {
         spread: adapt.pacing === 'spread',
         nextAt: previous?.nextAt ?? now,
         seq: call.seq,
-        // Providers whose reset means "full again" are token buckets: refill continuously.
-        refillPerMs:
-          REFILL_SOURCES.has(policy!.source) && policy!.limit !== undefined && policy!.resetMs! > 0
-            ? Math.max(0, policy!.limit - policy!.remaining!) / policy!.resetMs!
-            : (previous?.refillPerMs ?? 0),
+        refillPerMs,
         updatedAt: now,
+        bounds: [{ ...answer, gap: 0 }],
+        lowest: lowerAnswer(previous?.lowest, answer, refillPerMs),
+        lastAnsweredAt: Math.max(previous?.lastAnsweredAt ?? -Infinity, now),
       };
+      if (same) {
+        // As the answers it rests on say (see `creditServerQuota`).
+        state.allowance = held;
+        state.bounds = previous!.bounds;
+        boundServerQuota(state, allowance, answer, this.inFlightUnits(p, unit));
+      }
       this.setExtra(p, id, quotaCore(unit), state);
       changed = true;
     }
@@ -2096,6 +2141,13 @@ export function createGate(options?: GateOptions): Gate {
 }
 
 export type { InvalidOptionError };
+
+/** The units of `unit` in a call's `units` (see `unitsOf`). */
+function unitsOfUnit(units: readonly (readonly [string, number])[] | undefined, unit: string): number {
+  let n = 0;
+  for (const [u, count] of units ?? []) if (u === unit) n += count;
+  return n;
+}
 
 /** The units a call of `cost` counts, per unit (`requests` always, then the cost's own units). */
 function unitsOf(cost: ScheduleOptions['cost']): (readonly [string, number])[] {

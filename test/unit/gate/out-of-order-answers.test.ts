@@ -48,6 +48,15 @@ function scenario() {
   return { clock, gate, api, calls, schedule, open };
 }
 
+const limited = (limit: number, remaining: number, resetEpochSeconds: number): Reply => ({
+  status: 200,
+  headers: {
+    'x-ratelimit-limit': String(limit),
+    'x-ratelimit-remaining': String(remaining),
+    'x-ratelimit-reset': String(resetEpochSeconds),
+  },
+});
+
 const quota = (remaining: number, resetEpochSeconds: number): Reply => ({
   status: 200,
   headers: {
@@ -198,6 +207,94 @@ describe('quota from answers out of order', () => {
     expect(api.started).toHaveLength(23);
     for (let i = 20; i < 23; i++) api.started[i]!.answer(limit20(19));
     await flush();
+    await Promise.all(calls);
+  });
+
+  it('older answers that the provider counted first give back what a newer answer held for them', async () => {
+    const { clock, api, calls, schedule } = scenario();
+    const reset = T0 / 1000 + 60;
+    const limit20 = (remaining: number) => limited(20, remaining, reset);
+    schedule();
+    await flush();
+    api.started[0]!.answer(limit20(19));
+    await flush();
+    for (let i = 0; i < 14; i++) schedule();
+    await flush();
+    expect(api.started).toHaveLength(15);
+    // The provider counts them in order (18, 17, ... 5 left) but the last answer comes back first:
+    // 13 calls before it are still in flight, so the gate holds the 5 as possibly theirs.
+    api.started[14]!.answer(limit20(5));
+    await flush();
+    for (let i = 0; i < 5; i++) schedule();
+    await flush();
+    expect(api.started).toHaveLength(15);
+    // Their answers say more was left than the last one did: counted before it. The 5 go now, not
+    // at the reset a minute later.
+    for (let i = 1; i < 14; i++) api.started[i]!.answer(limit20(19 - i));
+    await flush();
+    expect(api.started).toHaveLength(20);
+    expect(api.started.slice(15).every((s) => s.at === T0)).toBe(true);
+    for (let i = 15; i < 20; i++) api.started[i]!.answer(limit20(19 - i));
+    await flush();
+    clock.advance(60_000);
+    await Promise.all(calls);
+  });
+
+  it('an older answer of 0 left after a newer answer of 0 gives nothing back (0 is as low as it goes)', async () => {
+    const { clock, api, calls, open } = scenario();
+    const reset = T0 / 1000 + 60;
+    await open(reset, 12);
+    expect(api.started).toHaveLength(10);
+    api.started[9]!.answer(quota(0, reset));
+    await flush();
+    // Counted after it or before it, they cannot say less than 0.
+    for (let i = 1; i <= 8; i++) api.started[i]!.answer(quota(0, reset));
+    await flush();
+    expect(api.started).toHaveLength(10);
+    clock.advance(60_000);
+    await flush();
+    expect(api.started).toHaveLength(13);
+    for (let i = 10; i < 13; i++) api.started[i]!.answer(quota(9, reset + 60));
+    await flush();
+    await Promise.all(calls);
+  });
+
+  it('a refilling quota (OpenAI): older answers counted first give back their units', async () => {
+    const { clock, api, calls, schedule } = scenario();
+    // 10 requests a minute, refilled continuously: "reset" is the time until full again.
+    const openai = (remaining: number): Reply => ({
+      status: 200,
+      headers: {
+        'x-ratelimit-limit-requests': '10',
+        'x-ratelimit-remaining-requests': String(remaining),
+        'x-ratelimit-reset-requests': `${(10 - remaining) * 6}s`,
+      },
+    });
+    schedule();
+    await flush();
+    api.started[0]!.answer(openai(9));
+    await flush();
+    for (let i = 0; i < 12; i++) schedule();
+    await flush();
+    expect(api.started).toHaveLength(10);
+    api.started[9]!.answer(openai(0));
+    await flush();
+    // The provider counted the other 8 first (8 ... 1 left): nothing is owed for them, so the next
+    // call waits for one refill (6 s), not for nine (54 s).
+    for (let i = 1; i <= 8; i++) api.started[i]!.answer(openai(9 - i));
+    await flush();
+    clock.advance(5_999);
+    await flush();
+    expect(api.started).toHaveLength(10);
+    clock.advance(1);
+    await flush();
+    expect(api.started).toHaveLength(11);
+    for (let t = 0; t < 10 && api.started.length < 13; t++) {
+      for (const s of api.started.slice(10)) s.answer(openai(0));
+      clock.advance(60_000);
+      await flush();
+    }
+    for (const s of api.started.slice(10)) s.answer(openai(0));
     await Promise.all(calls);
   });
 

@@ -1,0 +1,148 @@
+/**
+ * A provider that counts calls in any order and answers them in any order (connections of
+ * different speeds, handlers of different latencies): whatever the gate learns from the answers,
+ * it never starts a call the provider then counts over its limit. Both kinds of quota: a window
+ * ("remaining until the reset") and a refilling bucket (OpenAI: "reset" is the time until full).
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { createGate, type Inspection } from '../../src/gate/gate.js';
+import { ManualClock } from '../helpers/manual-clock.js';
+
+const numRuns = Number(process.env['GATE_PROPERTY_RUNS'] ?? 300);
+
+const T0 = Date.parse('2026-11-30T12:00:00Z');
+
+type Step =
+  | { kind: 'schedule'; count: number }
+  | { kind: 'count'; pick: number }
+  | { kind: 'answer'; pick: number }
+  | { kind: 'tick'; ms: number };
+
+const stepArb: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({ kind: fc.constant('schedule' as const), count: fc.integer({ min: 1, max: 6 }) }),
+  fc.record({ kind: fc.constant('count' as const), pick: fc.nat() }),
+  fc.record({ kind: fc.constant('count' as const), pick: fc.nat() }),
+  fc.record({ kind: fc.constant('answer' as const), pick: fc.nat() }),
+  fc.record({ kind: fc.constant('answer' as const), pick: fc.nat() }),
+  fc.record({ kind: fc.constant('tick' as const), ms: fc.integer({ min: 1, max: 3_000 }) }),
+);
+
+interface Held {
+  readonly answer: (remaining: number) => void;
+  /** What the provider had left after counting it (set when counted). */
+  remaining?: number;
+}
+
+const flush = async () => {
+  for (let i = 0; i < 3; i++) await new Promise<void>((resolve) => setImmediate(resolve));
+};
+
+/** Replay `steps`; returns how many calls the provider counted with nothing left. */
+async function run(mode: 'window' | 'refill', limit: number, steps: readonly Step[]): Promise<number> {
+  const clock = new ManualClock(T0);
+  const gate = createGate({ clock });
+  // The provider: `tokens` left (refilled at `perMs` in refill mode; a window that never ends here).
+  const perMs = limit / 60_000;
+  let tokens = limit;
+  let refilledAt = clock.now();
+  const refill = () => {
+    if (mode === 'refill') tokens = Math.min(limit, tokens + (clock.now() - refilledAt) * perMs);
+    refilledAt = clock.now();
+  };
+  const headers = (remaining: number): Record<string, string> =>
+    mode === 'window'
+      ? {
+          'x-ratelimit-limit': String(limit),
+          'x-ratelimit-remaining': String(remaining),
+          'x-ratelimit-reset': String(T0 / 1000 + 3600),
+        }
+      : {
+          'x-ratelimit-limit-requests': String(limit),
+          'x-ratelimit-remaining-requests': String(remaining),
+          // Until full again, from what it says is left: (limit - remaining) units at perMs.
+          'x-ratelimit-reset-requests': `${(limit - remaining) / perMs}ms`,
+        };
+  const started: Held[] = [];
+  const fn = () =>
+    new Promise<{ status: number; headers: Record<string, string> }>((resolve) => {
+      started.push({ answer: (remaining) => resolve({ status: 200, headers: headers(remaining) }) });
+    });
+  const inspect = (r: { status: number; headers: Record<string, string> }): Inspection => ({
+    status: r.status,
+    headers: r.headers,
+    method: 'GET',
+  });
+  const calls: Promise<unknown>[] = [];
+  const schedule = () => calls.push(gate.schedule(fn, { key: 'api', inspect }).catch(() => undefined));
+  let overLimit = 0;
+  const count = (held: Held) => {
+    refill();
+    if (tokens < 1) overLimit++;
+    tokens -= 1;
+    held.remaining = Math.max(0, Math.floor(tokens));
+  };
+  // The gate learns the quota from a first answer; before it, it knows no limit.
+  schedule();
+  await flush();
+  count(started[0]!);
+  started[0]!.answer(started[0]!.remaining!);
+  await flush();
+  const uncounted = () => started.filter((h) => h.remaining === undefined);
+  const unanswered: Held[] = [];
+  for (const step of steps) {
+    if (step.kind === 'schedule') {
+      for (let i = 0; i < step.count; i++) schedule();
+    } else if (step.kind === 'count') {
+      const waiting = uncounted();
+      if (waiting.length === 0) continue;
+      const held = waiting[step.pick % waiting.length]!;
+      count(held);
+      unanswered.push(held);
+    } else if (step.kind === 'answer') {
+      if (unanswered.length === 0) continue;
+      const [held] = unanswered.splice(step.pick % unanswered.length, 1);
+      held!.answer(held!.remaining!);
+    } else if (mode === 'refill') {
+      // Time passes only once the provider has counted every call started: a call counted long
+      // after its start, when the provider's bucket is full, loses refill the gate counts (see
+      // arrivalMarginMs); what is tested here is the order, not the delay.
+      for (const held of uncounted()) {
+        count(held);
+        unanswered.push(held);
+      }
+      clock.advance(step.ms);
+    }
+    await flush();
+  }
+  // Whatever starts is counted and answered (in order now) until nothing more starts; what never
+  // started is refused at close.
+  for (let seen = 0; seen < started.length; ) {
+    const batch = started.slice(seen);
+    seen = started.length;
+    for (const held of batch) if (held.remaining === undefined) count(held);
+    for (const held of unanswered.splice(0)) held.answer(held.remaining!);
+    for (const held of batch) held.answer(held.remaining!);
+    await flush();
+  }
+  await gate.close({ queued: 'reject' });
+  await Promise.all(calls);
+  return overLimit;
+}
+
+describe('quota learned from answers in any order', () => {
+  for (const mode of ['window', 'refill'] as const) {
+    it(`${mode}: the provider never counts a call over its limit`, async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.integer({ min: 3, max: 12 }),
+          fc.array(stepArb, { minLength: 10, maxLength: 120, size: 'max' }),
+          async (limit, steps) => {
+            expect(await run(mode, limit, steps)).toBe(0);
+          },
+        ),
+        { numRuns },
+      );
+    });
+  }
+});
