@@ -238,10 +238,11 @@ export function boundServerQuota(
   }
   // lift > 0: the new bound is the lowest, the others are that much further above it.
   const lift = Math.max(0, state.allowance - bound);
+  // A sum of fractional units may drift below 0: the lowest bound (gap 0) always stays.
+  const reach = Math.max(0, inFlight);
   const next: QuotaBound[] = [];
-  for (const b of bounds) if (b.gap + lift <= inFlight) next.push({ ...b, gap: b.gap + lift });
-  if (bound - state.allowance + lift <= inFlight)
-    next.push({ ...answer, gap: bound - state.allowance + lift });
+  for (const b of bounds) if (b.gap + lift <= reach) next.push({ ...b, gap: b.gap + lift });
+  if (bound - state.allowance + lift <= reach) next.push({ ...answer, gap: bound - state.allowance + lift });
   state.allowance -= lift;
   next.sort((x, y) => x.gap - y.gap);
   while (next.length > MAX_BOUNDS) {

@@ -249,6 +249,8 @@ class Partition {
    * the server may see one of them after a later call.
    */
   unanswered: Map<number, readonly (readonly [string, number])[]> | undefined = undefined;
+  /** Their units, summed per unit (what answers still to come can give back to a server quota). */
+  inFlightUnits: Map<string, number> | undefined = undefined;
   firstStartAt = 0;
   aimd: AimdState | undefined = undefined;
   /**
@@ -1133,8 +1135,7 @@ export class Gate {
     if (p.cum !== undefined) {
       this.countStart(p, cost, now);
       const seq = p.seq;
-      const unanswered = p.unanswered!;
-      answered = () => unanswered.delete(seq);
+      answered = () => answer(p, seq);
     }
     if (!this.observe) {
       let result: Promise<unknown>;
@@ -1178,6 +1179,8 @@ export class Gate {
     for (const [unit, n] of units) cum.set(unit, (cum.get(unit) ?? 0) + n);
     p.unanswered ??= new Map();
     p.unanswered.set(p.seq, units);
+    p.inFlightUnits ??= new Map();
+    for (const [unit, n] of units) p.inFlightUnits.set(unit, (p.inFlightUnits.get(unit) ?? 0) + n);
     return units;
   }
 
@@ -1195,13 +1198,6 @@ export class Gate {
       for (const [u, n] of units) if (u === unit) unseen += n;
     }
     return unseen;
-  }
-
-  /** Units of `unit` started in the partition and not yet answered. */
-  private inFlightUnits(p: Partition, unit: string): number {
-    let units = 0;
-    for (const started of p.unanswered?.values() ?? []) units += unitsOfUnit(started, unit);
-    return units;
   }
 
   /**
@@ -1782,7 +1778,7 @@ export class Gate {
 
   /** The call's answer (or failure) is in: the server has counted it. */
   private answered(call: Call): void {
-    call.partition.unanswered?.delete(call.seq);
+    answer(call.partition, call.seq);
   }
 
   private failed(call: Call, error: unknown): void {
@@ -2005,7 +2001,15 @@ export class Gate {
       // A response to an older call than the one that set the quota may still be later news (the
       // provider may have seen that call last): it can only tighten the quota.
       if (previous !== undefined && previous.seq > call.seq) {
-        tightenServerQuota(previous, allowance, resetAt, spanMs, now, answer, this.inFlightUnits(p, unit));
+        tightenServerQuota(
+          previous,
+          allowance,
+          resetAt,
+          spanMs,
+          now,
+          answer,
+          p.inFlightUnits?.get(unit) ?? 0,
+        );
         this.dropShadow(p);
         changed = true;
         continue;
@@ -2043,7 +2047,7 @@ export class Gate {
         // As the answers it rests on say (see `creditServerQuota`).
         state.allowance = held;
         state.bounds = previous!.bounds;
-        boundServerQuota(state, allowance, answer, this.inFlightUnits(p, unit));
+        boundServerQuota(state, allowance, answer, p.inFlightUnits?.get(unit) ?? 0);
       }
       this.setExtra(p, id, quotaCore(unit), state);
       changed = true;
@@ -2141,6 +2145,14 @@ export function createGate(options?: GateOptions): Gate {
 }
 
 export type { InvalidOptionError };
+
+/** The call started `seq`-th in `p` is answered (or failed): the server has counted it. */
+function answer(p: Partition, seq: number): void {
+  const units = p.unanswered?.get(seq);
+  if (units === undefined) return;
+  p.unanswered!.delete(seq);
+  for (const [unit, n] of units) p.inFlightUnits!.set(unit, p.inFlightUnits!.get(unit)! - n);
+}
 
 /** The units of `unit` in a call's `units` (see `unitsOf`). */
 function unitsOfUnit(units: readonly (readonly [string, number])[] | undefined, unit: string): number {
