@@ -36,11 +36,14 @@ function scenario() {
   const api = heldProvider(clock);
   const calls: Promise<unknown>[] = [];
   const schedule = () => calls.push(gate.schedule(api.fn, { key: 'api', inspect: api.inspect }));
-  /** The first call, answered "9 left until `resetEpochSeconds`", then `more` calls scheduled. */
-  const open = async (resetEpochSeconds: number, more: number) => {
+  /**
+   * The first call, answered "9 left until `resetEpochSeconds`" (or with `first`), then `more`
+   * calls scheduled.
+   */
+  const open = async (resetEpochSeconds: number, more: number, first?: Reply) => {
     schedule();
     await flush();
-    api.started[0]!.answer(quota(9, resetEpochSeconds));
+    api.started[0]!.answer(first ?? quota(9, resetEpochSeconds));
     await flush();
     for (let i = 0; i < more; i++) schedule();
     await flush();
@@ -211,15 +214,10 @@ describe('quota from answers out of order', () => {
   });
 
   it('older answers that the provider counted first give back what a newer answer held for them', async () => {
-    const { clock, api, calls, schedule } = scenario();
+    const { clock, api, calls, schedule, open } = scenario();
     const reset = T0 / 1000 + 60;
     const limit20 = (remaining: number) => limited(20, remaining, reset);
-    schedule();
-    await flush();
-    api.started[0]!.answer(limit20(19));
-    await flush();
-    for (let i = 0; i < 14; i++) schedule();
-    await flush();
+    await open(reset, 14, limit20(19));
     expect(api.started).toHaveLength(15);
     // The provider counts them in order (18, 17, ... 5 left) but the last answer comes back first:
     // 13 calls before it are still in flight, so the gate holds the 5 as possibly theirs.
@@ -260,7 +258,7 @@ describe('quota from answers out of order', () => {
   });
 
   it('a refilling quota (OpenAI): older answers counted first give back their units', async () => {
-    const { clock, api, calls, schedule } = scenario();
+    const { clock, api, calls, open } = scenario();
     // 10 requests a minute, refilled continuously: "reset" is the time until full again.
     const openai = (remaining: number): Reply => ({
       status: 200,
@@ -270,12 +268,7 @@ describe('quota from answers out of order', () => {
         'x-ratelimit-reset-requests': `${(10 - remaining) * 6}s`,
       },
     });
-    schedule();
-    await flush();
-    api.started[0]!.answer(openai(9));
-    await flush();
-    for (let i = 0; i < 12; i++) schedule();
-    await flush();
+    await open(0, 12, openai(9));
     expect(api.started).toHaveLength(10);
     api.started[9]!.answer(openai(0));
     await flush();
@@ -295,6 +288,35 @@ describe('quota from answers out of order', () => {
       await flush();
     }
     for (const s of api.started.slice(10)) s.answer(openai(0));
+    await Promise.all(calls);
+  });
+
+  it('garbage remaining values in answers out of order neither crash the gate nor lend units out', async () => {
+    const { clock, api, calls, open } = scenario();
+    const reset = T0 / 1000 + 60;
+    await open(reset, 12);
+    expect(api.started).toHaveLength(10);
+    api.started[9]!.answer(quota(0, reset));
+    await flush();
+    // Unreadable or absurd remaining values: none may give back what the 0 above holds.
+    const garbage = ['NaN', '-1', '1e999', 'Infinity', '', '9'.repeat(400), '0x10', '  ', '7.5.1'];
+    for (let i = 1; i <= 8; i++) {
+      api.started[i]!.answer({
+        status: 200,
+        headers: {
+          'x-ratelimit-limit': '10',
+          'x-ratelimit-remaining': garbage[i]!,
+          'x-ratelimit-reset': String(reset),
+        },
+      });
+    }
+    await flush();
+    expect(api.started).toHaveLength(10);
+    clock.advance(60_000);
+    await flush();
+    for (let i = 10; i < api.started.length; i++) api.started[i]!.answer(quota(9, reset + 60));
+    await flush();
+    // Every call settles.
     await Promise.all(calls);
   });
 
