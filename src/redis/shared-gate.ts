@@ -66,6 +66,7 @@ import {
   type StorePauseEvent,
   type StoreRefusal,
   type StoreReservation,
+  sameCosts,
 } from './store.js';
 import { type HeapEntry, TimerHeap } from './timer-heap.js';
 
@@ -177,7 +178,7 @@ interface KeyInfo {
   width: number;
   /** The call holding a turn while it waits for the slot the store named (the others wait behind). */
   head: SharedCall | undefined;
-  /** Calls waiting for a turn, in schedule order (`seq`) from `behindHead`. */
+  /** Calls waiting for a turn, in priority and then schedule order (`goesBefore`) from `behindHead`. */
   behind: SharedCall[];
   behindHead: number;
   /** `pump` is running further up the stack (a synchronous store answers inside `submit`). */
@@ -243,6 +244,14 @@ interface SharedCall extends HeapEntry {
 }
 
 let seq = 0;
+
+/**
+ * Whether `a` goes before `b` among calls waiting in this gate: higher priority first, then
+ * schedule order (as the in-memory gate's queue).
+ */
+function goesBefore(a: SharedCall, b: SharedCall): boolean {
+  return a.priority > b.priority || (a.priority === b.priority && a.seq < b.seq);
+}
 
 function settleValue<T>(
   value: MaybePromise<T>,
@@ -316,9 +325,11 @@ export class SharedGate {
   private readonly keyInfos = new Map<string, KeyInfo>();
   private readonly defaultInfo: KeyInfo;
   private readonly heap = new TimerHeap<SharedCall>();
+  /** The lowest priority scheduled so far: a call above it may overtake reserved calls (`overtake`). */
+  private lowestPriority = 0;
   /**
    * The gate-wide line (see `waitInLine`): window calls on gate-wide levels held by them, in
-   * schedule order from `lineFirst`, and the one that speaks for them at the store.
+   * priority and then schedule order from `lineFirst`, and the one that speaks for them at the store.
    */
   private line: SharedCall[] = [];
   private lineFirst = 0;
@@ -442,6 +453,9 @@ export class SharedGate {
    * Run `fn` when every shared limit admits it (same options as the in-memory gate's `schedule`).
    * Rejects with a typed error without calling `fn` when it cannot start in time, is aborted, the
    * gate is closed, or the store is down under `fail-closed` (`StoreUnavailableError`).
+   * `priority` orders the calls waiting in this gate, and a higher one takes the earliest slot
+   * reserved by a lower-priority call of its key; slots reserved by other keys and other processes
+   * keep their place.
    */
   schedule<T>(fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>> {
     if (this.closed) return Promise.reject(new GateClosedError());
@@ -455,6 +469,7 @@ export class SharedGate {
       checkKey(key);
       // `null` is garbage, not "unset": checked as given, like the in-memory gate does.
       const priority = o.priority === undefined ? 0 : checkPriority(o.priority);
+      if (priority < this.lowestPriority) this.lowestPriority = priority;
       const maxQueueTimeMs =
         o.maxQueueTimeMs === undefined ? this.o.maxQueueTimeMs : checkMaxQueueTimeMs(o.maxQueueTimeMs);
       checkSignal(signal);
@@ -881,6 +896,7 @@ export class SharedGate {
     else {
       call.state = 'waiting';
       this.enqueueAt(call, localStart);
+      if (call.priority > this.lowestPriority) this.overtake(call);
     }
     // The turn passes once the call started or holds its start (not before: with a synchronous
     // store the calls behind would be decided, and could start, ahead of it). A call that reserves
@@ -921,6 +937,53 @@ export class SharedGate {
   }
 
   /**
+   * `call` was reserved ahead, behind calls of its key of a lower priority that wait for earlier
+   * slots. Those slots are interchangeable (one key, the same costs: the same levels charged the
+   * same), so `call` takes the earliest and each call it overtakes the next, in priority and then
+   * schedule order, as the in-memory gate re-plans the calls a higher priority overtakes. One that
+   * the move would push past its deadline is refused now, and those after it move up instead; a
+   * slot left over is given back. (Calls of other keys keep their slots: their reservations hold
+   * other levels.)
+   */
+  private overtake(call: SharedCall): void {
+    const overtaken = this.heap
+      .entries()
+      .filter(
+        (c) =>
+          c.state === 'waiting' &&
+          c.info === call.info &&
+          c.priority < call.priority &&
+          c.storeStartAt < call.storeStartAt &&
+          c.reservation !== undefined &&
+          sameCosts(c.costs, call.costs),
+      );
+    if (overtaken.length === 0) return;
+    const moving = [call, ...overtaken.sort((a, b) => (goesBefore(a, b) ? -1 : 1))];
+    const slots = moving
+      .map((c) => ({ reservation: c.reservation!, storeStartAt: c.storeStartAt, at: c.at }))
+      .sort((a, b) => a.storeStartAt - b.storeStartAt);
+    let next = 0;
+    for (const c of moving) {
+      this.heap.remove(c);
+      const slot = slots[next]!;
+      if (c !== call && slot.at > c.deadline) {
+        // Its reservation went to another call (or is left over, below).
+        c.reservation = undefined;
+        this.refuse(c, deadlineError(c, slot.at, true));
+        continue;
+      }
+      c.reservation = slot.reservation;
+      c.storeStartAt = slot.storeStartAt;
+      c.at = slot.at;
+      this.heap.push(c);
+      next++;
+    }
+    // Latest first: each refund is then of its level's latest take (exact for buckets).
+    for (let i = slots.length - 1; i >= next; i--) this.giveBack(slots[i]!.reservation);
+    this.arm();
+  }
+
+  /**
    * Start a call whose slot has come, unless it comes too late: a start later than its slot by more
    * than `lateToleranceMs` (an answer or a timer delayed by a busy event loop) would reach the
    * provider closer to the next process's calls than the limit allows. Such a call gives its slot
@@ -944,8 +1007,9 @@ export class SharedGate {
 
   /**
    * Window calls of one key (and calls that wait for their key's own limit, `ownWaits`) ask the
-   * store in turns, in schedule order: `width` of them at a time, doubling (up to `MAX_TURNS`)
-   * while the store admits them and back to 1 when it names a later slot. Then one call keeps its turn and waits for that slot; the others wait here without asking
+   * store in turns, in priority and then schedule order: `width` of them at a time, doubling (up to
+   * `MAX_TURNS`) while the store admits them and back to 1 when it names a later slot. Then one
+   * call keeps its turn and waits for that slot; the others wait here without asking
    * (were they all to ask whenever a slot frees, all but one would be refused, at every slot).
    * True: `call` holds a turn; false: it was queued (and asks from `pump` when its turn comes).
    */
@@ -971,12 +1035,15 @@ export class SharedGate {
     return false;
   }
 
-  /** Queue `call` for a turn at its place in schedule order (at the end, unless it was there before). */
+  /**
+   * Queue `call` for a turn at its place (`goesBefore`: priority, then schedule order; a call put
+   * back keeps the place it had).
+   */
   private putBack(call: SharedCall): void {
     const info = call.info;
     const behind = info.behind;
     let i = behind.length;
-    while (i > info.behindHead && behind[i - 1]!.seq > call.seq) i--;
+    while (i > info.behindHead && goesBefore(call, behind[i - 1]!)) i--;
     if (i === info.behindHead && i > 0) behind[--info.behindHead] = call;
     else behind.splice(i, 0, call);
   }
@@ -1158,6 +1225,8 @@ export class SharedGate {
     info.probeWaiters = undefined;
     if (waiters === undefined) return;
     // After what the caller does next (a 429's pause is written to the store before they ask).
+    // Higher priorities ask first (the store grants slots in the order it is asked).
+    waiters.sort((a, b) => (goesBefore(a, b) ? -1 : 1));
     queueMicrotask(() => {
       for (const call of waiters) {
         if (call.state === 'retrying' && this.heap.remove(call)) this.submit(call);
@@ -1211,8 +1280,9 @@ export class SharedGate {
   }
 
   /**
-   * Queue `call` in the gate-wide line, in schedule order, or refuse it now when its deadline comes
-   * before the slot the line's asker waits for (the line starts nothing before it).
+   * Queue `call` in the gate-wide line, in priority and then schedule order, or refuse it now when
+   * its deadline comes before the slot the line's asker waits for (the line starts nothing before
+   * it).
    */
   private joinLine(call: SharedCall): void {
     const asker = this.lineAsker;
@@ -1224,7 +1294,7 @@ export class SharedGate {
     call.inLine = true;
     const line = this.line;
     let i = line.length;
-    while (i > this.lineFirst && line[i - 1]!.seq > call.seq) i--;
+    while (i > this.lineFirst && goesBefore(call, line[i - 1]!)) i--;
     line.splice(i, 0, call);
   }
 
@@ -1621,8 +1691,8 @@ export class SharedGate {
 
   /**
    * The store is down: calls waiting to ask it (for their key's turn, or to ask again at a slot or
-   * for a permit) take the failure policy now, in schedule order, as new calls do, rather than
-   * when their turn or timer comes. Calls holding a reservation keep it and start at its time.
+   * for a permit) take the failure policy now, in priority and then schedule order, as new calls
+   * do, rather than when their turn or timer comes. Calls holding a reservation keep it and start at its time.
    */
   private failWaiting(error: unknown): void {
     if (this.up) return;
@@ -1642,7 +1712,7 @@ export class SharedGate {
       waiting.push(call);
     }
     this.arm();
-    waiting.sort((a, b) => a.seq - b.seq);
+    waiting.sort((a, b) => (goesBefore(a, b) ? -1 : 1));
     for (const call of waiting) if (call.state !== 'done') this.failover(call, error);
   }
 

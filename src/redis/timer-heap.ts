@@ -1,7 +1,9 @@
 /** An entry of a `TimerHeap`: due at `at`; `heapIndex` is maintained by the heap (-1 when out). */
 export interface HeapEntry {
   at: number;
-  /** Tie-break among equal `at`: lower first (arrival order). */
+  /** First tie-break among equal `at`: higher first. */
+  readonly priority: number;
+  /** Then lower first (arrival order). */
   readonly seq: number;
   heapIndex: number;
 }
@@ -54,7 +56,8 @@ export class TimerHeap<E extends HeapEntry> {
   }
 
   private less(a: E, b: E): boolean {
-    return a.at < b.at || (a.at === b.at && a.seq < b.seq);
+    if (a.at !== b.at) return a.at < b.at;
+    return a.priority > b.priority || (a.priority === b.priority && a.seq < b.seq);
   }
 
   private up(i: number): void {
