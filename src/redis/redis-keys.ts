@@ -6,7 +6,8 @@
  *
  *   {tollgate:<h(partition)>}:s:<h(level)>            a level's state (string or hash), TTL until idle
  *   {tollgate:<h(partition)>}:m:<h(scope)|->          meta hash: 'p' -> pause end (store time ms),
- *                                                      'l:<id>' -> learned 'algo limit intervalMs burst unit';
+ *                                                      'l:<id>' -> learned 'algo limit intervalMs burst unit',
+ *                                                      'e:<id>' -> when it expires (store time ms);
  *                                                      TTL until the later of the pause's end and the learned TTL
  *   {tollgate:<h(partition)>}:L:<h(scope)|->:<id>     a learned limit's state
  *   {tollgate:<h(partition)>}:q:<h(scope)|->          the gate holding its probe (a random id), TTL 2 s

@@ -551,8 +551,9 @@ for i = 1, n do
     tonumber(ARGV[a + 5]), KEYS[i], capacity)
 end
 
--- The scope's meta hash: its pause ('p') and the limits learned for it ('l:<id>'). Nothing starts
--- before the latest pause that holds this call (the partition's, then the scope's).
+-- The scope's meta hash: its pause ('p') and the limits learned for it ('l:<id>', expiring at
+-- 'e:<id>'). Nothing starts before the latest pause that holds this call (the partition's, then
+-- the scope's).
 local from = now
 local learnedIds = {}
 if m == 2 then
@@ -563,21 +564,36 @@ end
 -- pause read next is the partition's.
 local partitionFrom = from
 local meta = redis.call('HGETALL', KEYS[n + m])
+-- Each learned limit lives until its 'e:<id>' (learnedTtlMs after it was last learned); one past
+-- it is dropped here, as the memory store drops it (the hash's own TTL is its longest).
+local expires = nil
+for j = 1, #meta, 2 do
+  if string.sub(meta[j], 1, 2) == 'e:' then
+    expires = expires or {}
+    expires[string.sub(meta[j], 3)] = tonumber(meta[j + 1])
+  end
+end
 local units = nil
 for j = 1, #meta, 2 do
   local field = meta[j]
+  local kind = string.sub(field, 1, 2)
   if field == 'p' then
     local until_ = tonumber(meta[j + 1])
     if until_ > from then from = until_ end
-  else
-    -- Learned limits shared through this partition join the call's levels.
-    if units == nil then
-      units = {}
-      for u, c in string.gmatch(ARGV[10], '(%S+) (%S+)') do units[u] = tonumber(c) end
-    end
+  elseif kind == 'l:' then
     local lid = string.sub(field, 3)
-    levels[#levels + 1] = learnedLevel(tag, scope, lid, meta[j + 1], units)
-    learnedIds[#levels] = lid
+    local expiresAt = expires and expires[lid]
+    if expiresAt and expiresAt <= now then
+      redis.call('HDEL', KEYS[n + m], field, 'e:' .. lid)
+    else
+      -- Learned limits shared through this partition join the call's levels.
+      if units == nil then
+        units = {}
+        for u, c in string.gmatch(ARGV[10], '(%S+) (%S+)') do units[u] = tonumber(c) end
+      end
+      levels[#levels + 1] = learnedLevel(tag, scope, lid, meta[j + 1], units)
+      learnedIds[#levels] = lid
+    end
   end
 end
 
@@ -1082,7 +1098,7 @@ return { '0', fmt(now) }
  * scope) checks it too. A new learned limit is seeded with the units the provider says are used; a
  * known one (a sliding log) is topped up to them (two processes' first calls both count).
  *
- * KEYS: the scope's meta hash (field 'l:<id>'), the learned level's state key.
+ * KEYS: the scope's meta hash (fields 'l:<id>' and its expiry 'e:<id>'), the learned level's state key.
  * ARGV: nowOverride, id, spec ('algo limit intervalMs burst unit'), ttlMs, seedUnits, minTtlMs,
  *   seedAgeMs (the seed is taken that long before now: at the start of the provider's window).
  * Reply: {1 if new or changed else 0, now}.
@@ -1092,8 +1108,12 @@ local now = serverNow(ARGV[1])
 local id, spec, ttl, seed = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 MIN_TTL = tonumber(ARGV[6])
 local seedAt = now - tonumber(ARGV[7])
-local previous = redis.call('HGET', KEYS[1], 'l:' .. id)
-redis.call('HSET', KEYS[1], 'l:' .. id, spec)
+local known = redis.call('HMGET', KEYS[1], 'l:' .. id, 'e:' .. id)
+local previous = known[1]
+-- Past its own expiry it is no longer known (see RESERVE_LUA); 'e:<id>' is when it expires now.
+local expiresAt = tonumber(known[2] or '')
+if expiresAt and expiresAt <= now then previous = false end
+redis.call('HSET', KEYS[1], 'l:' .. id, spec, 'e:' .. id, fmt(now + ttl))
 -- The hash also holds the scope's pause: its TTL only ever grows.
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 if seed > 0 then

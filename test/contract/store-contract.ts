@@ -2,6 +2,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createLimit } from '../../src/core/create-limit.js';
 import type { LimitSpec } from '../../src/core/limit.js';
 import type {
+  MaybePromise,
   Store,
   StoreDecision,
   StoreLevel,
@@ -463,6 +464,31 @@ export function storeContract(
       await expect(Promise.resolve().then(() => claim(p, 'a', 0))).rejects.toThrow(
         'Expected `ttlMs` to be a finite number of ms >= 1, got `0` (number)',
       );
+    });
+
+    it('each learned limit expires learnedTtlMs (default 10 min) after it was last learned, on its own', async () => {
+      const store = (await make()) as Store & {
+        learnAt(partition: string, spec: LimitSpec, now: number): MaybePromise<boolean>;
+      };
+      const p = fresh();
+      const none = level('none', { algorithm: 'token-bucket', limit: 1000, intervalMs: 1000 });
+      const minute = { algorithm: 'sliding-log', limit: 100, intervalMs: 60_000 } as const;
+      const hour = { algorithm: 'sliding-log', limit: 1000, intervalMs: 3_600_000 } as const;
+      expect(await store.learnAt(p, minute, T0)).toBe(true);
+      expect(await store.learnAt(p, hour, T0 + 300_000)).toBe(true);
+      const both = granted(await store.reserveAt(p, [none], [1], 0, T0 + 599_000));
+      expect(both.learned).toHaveLength(2);
+      // The minute limit was last learned at T0: gone at T0 + 600,000, though the hour one lives on.
+      const one = granted(await store.reserveAt(p, [none], [1], 0, T0 + 600_000));
+      expect(one.learned).toHaveLength(1);
+      // Learned again after it expired, it is new (and counts from then).
+      expect(await store.learnAt(p, minute, T0 + 700_000)).toBe(true);
+      expect(granted(await store.reserveAt(p, [none], [1], 0, T0 + 700_001)).learned).toHaveLength(2);
+      // Learning it again while it lives is no change, and extends it (the hour one, learned at
+      // T0 + 300,000, is gone by then).
+      expect(await store.learnAt(p, minute, T0 + 1_200_000)).toBe(false);
+      expect(granted(await store.reserveAt(p, [none], [1], 0, T0 + 1_799_000)).learned).toHaveLength(1);
+      expect(granted(await store.reserveAt(p, [none], [1], 0, T0 + 1_800_000)).learned).toHaveLength(0);
     });
 
     it('learning a known limit again tops its log up to what the provider says is used, never down', async () => {
