@@ -72,12 +72,35 @@ interface Watch {
   settled: boolean;
 }
 
+/** An EVALSHA: its script, arguments and callbacks, its place in send order and its deadline. */
+interface Command {
+  readonly script: LoadedScript;
+  readonly args: (string | number)[];
+  readonly onReply: (reply: unknown) => void;
+  readonly watch: Watch;
+  /** Order in which it was asked for (a command held and sent again keeps its place). */
+  readonly seq: number;
+  /** It met NOSCRIPT once already: a second one fails it (a server flushed again meanwhile). */
+  reloaded: boolean;
+}
+
+const isNoScript = (error: unknown): boolean => String((error as Error)?.message).startsWith('NOSCRIPT');
+
 /**
  * Runs commands with a deadline. All commands share one timeout, so deadlines are ordered as the
  * commands were sent: the watches form a queue, and a single timer, armed for the oldest unsettled
  * one, watches them all. Settled watches leave the head of the queue at once, so on a healthy
  * connection (answers in order) it holds only the commands in flight, and no record of an answered
  * command outlives it (a long-lived record would be copied by every young-generation GC).
+ *
+ * Scripts run in the order they were asked for, as the callers rely on (a pause before the
+ * reservations made after it, a learned limit before the decisions that follow). Redis runs a
+ * connection's commands in order, but a script it does not hold (NOSCRIPT: a server restarted,
+ * flushed, or never given it) fails and must be sent again, behind commands sent later. So the
+ * runner loads every script of its owner before its first EVALSHA, and on a NOSCRIPT loads them all
+ * again: meanwhile new commands wait, and once the loads answer (by then every command sent before
+ * them has answered too) the failed ones are sent again in their order, then the waiting ones. A
+ * runner given no scripts sends at once and loads a script when it meets NOSCRIPT.
  */
 export class CommandRunner {
   private watches: Watch[] = [];
@@ -85,11 +108,23 @@ export class CommandRunner {
   private timer: ReturnType<typeof setTimeout> | undefined = undefined;
   /** Commands sent (EVALSHA, SCRIPT LOAD, EVAL...): the bench reads it for round trips. */
   commands = 0;
+  /** While scripts load: the commands to send once they are loaded, in their order (`seq`). */
+  private held: Command[] | undefined = undefined;
+  /** Callers of `load()` waiting for the loads in progress. */
+  private loadWaiters: { watch: Watch; resolve: () => void }[] = [];
+  /** The scripts are loaded (as far as the runner knows): commands go out at once. */
+  private loaded: boolean;
+  /** Counts reloads: the answer of one given up on (timed out) releases nothing. */
+  private generation = 0;
+  private seq = 0;
 
   constructor(
     readonly client: RedisClient,
     private readonly timeoutMs: number,
-  ) {}
+    private readonly scripts: readonly LoadedScript[] = [],
+  ) {
+    this.loaded = scripts.length === 0;
+  }
 
   /**
    * EVALSHA `script` with `numKeys` keys first in `keysAndArgs`; on NOSCRIPT (a restarted or flushed
@@ -107,10 +142,10 @@ export class CommandRunner {
 
   /**
    * EVALSHA with the arguments ready (`args[0]` the script's SHA, `args[1]` the key count), for the
-   * hot path: no promise of ours on top of ioredis's, the reply handed to `onReply` and any failure
-   * (an error reply, a lost connection, no answer within the timeout, or `onReply` throwing) to
-   * `onError` as a `StoreUnavailableError`. Exactly one of them is called, once. NOSCRIPT loads the
-   * script and sends the same arguments again.
+   * hot path: the reply handed to `onReply` and any failure (an error reply, a lost connection, no
+   * answer within the timeout, or `onReply` throwing) to `onError` as a `StoreUnavailableError`.
+   * Exactly one of them is called, once. NOSCRIPT loads the scripts and sends the same arguments
+   * again, in order (see the class).
    */
   evalshaArgs(
     script: LoadedScript,
@@ -118,31 +153,104 @@ export class CommandRunner {
     onReply: (reply: unknown) => void,
     onError: (error: StoreUnavailableError) => void,
   ): void {
-    this.commands++;
     const watch = this.track(onError);
-    // Two closures per command, no more: this runs for every decision.
-    (this.client.call('EVALSHA', args) as Promise<unknown>).then(
-      (reply) => this.answered(watch, script, reply, onReply),
+    const command: Command = { script, args, onReply, watch, seq: this.seq++, reloaded: false };
+    if (this.loaded && this.held === undefined) this.send(command);
+    else this.hold(command);
+  }
+
+  /** Load every script now, within the command timeout (commands asked for meanwhile wait for it). */
+  load(): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const watch = this.track(reject);
+      if (this.held === undefined) this.reload(undefined);
+      this.loadWaiters.push({ watch, resolve });
+    });
+  }
+
+  private send(command: Command): void {
+    this.commands++;
+    (this.client.call('EVALSHA', command.args) as Promise<unknown>).then(
+      (reply) => this.answered(command.watch, command.script, reply, command.onReply),
       (error: unknown) => {
-        if (!String((error as Error)?.message).startsWith('NOSCRIPT'))
-          return this.failed(watch, script, error);
+        if (!isNoScript(error) || command.reloaded) return this.failed(command.watch, command.script, error);
         // Its caller was told of a timeout already: send nothing it no longer waits for (a
         // decision made now would hold a slot, or money, that nobody settles).
-        if (watch.settled) return;
-        this.commands++;
-        (this.client.call('SCRIPT', ['LOAD', script.source]) as Promise<unknown>).then(
-          () => {
-            if (watch.settled) return;
-            this.commands++;
-            (this.client.call('EVALSHA', args) as Promise<unknown>).then(
-              (reply) => this.answered(watch, script, reply, onReply),
-              (error: unknown) => this.failed(watch, script, error),
-            );
-          },
-          (error: unknown) => this.failed(watch, script, error),
-        );
+        if (command.watch.settled) return;
+        command.reloaded = true;
+        if (this.held === undefined) this.reload(command.script);
+        this.hold(command);
       },
     );
+  }
+
+  /** Queue `command` at its place in order until the scripts are loaded. */
+  private hold(command: Command): void {
+    if (this.held === undefined) this.reload(undefined);
+    const held = this.held!;
+    let i = held.length;
+    while (i > 0 && held[i - 1]!.seq > command.seq) i--;
+    held.splice(i, 0, command);
+  }
+
+  /**
+   * Load every script (and `also`, one not in the list). The commands held meanwhile go out once all
+   * loads answered, in order; if a load fails or does not answer within the command timeout, they
+   * fail (and the next command loads again).
+   */
+  private reload(also: LoadedScript | undefined): void {
+    this.held = [];
+    this.loaded = false;
+    const generation = ++this.generation;
+    const sources = new Set(this.scripts.map((s) => s.source));
+    if (also !== undefined) sources.add(also.source);
+    const loads = [...sources].map((source) => {
+      this.commands++;
+      return this.client.call('SCRIPT', ['LOAD', source]) as Promise<unknown>;
+    });
+    const timer = setTimeout(
+      () =>
+        this.release(
+          generation,
+          new StoreUnavailableError(
+            `Redis did not answer SCRIPT LOAD within commandTimeoutMs ${this.timeoutMs}`,
+          ),
+        ),
+      this.timeoutMs,
+    );
+    timer.unref?.();
+    Promise.all(loads).then(
+      () => {
+        clearTimeout(timer);
+        this.release(generation, undefined);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        this.release(generation, error);
+      },
+    );
+  }
+
+  /** The loads answered (or failed: `error`): send the held commands in order, or fail them. */
+  private release(generation: number, error: unknown): void {
+    if (generation !== this.generation || this.held === undefined) return;
+    const held = this.held;
+    const waiters = this.loadWaiters;
+    this.held = undefined;
+    this.loadWaiters = [];
+    // Without scripts of its own the runner stays optimistic; with them, after a failed load the
+    // next command loads them again before it goes.
+    this.loaded = this.scripts.length === 0 || error === undefined;
+    for (const w of waiters) {
+      if (!this.settle(w.watch)) continue;
+      if (error === undefined) w.resolve();
+      else w.watch.reject(unavailable(error, 'SCRIPT LOAD'));
+    }
+    for (const command of held) {
+      if (command.watch.settled) continue;
+      if (error !== undefined) this.failed(command.watch, command.script, error);
+      else this.send(command);
+    }
   }
 
   /** A script's reply: to `onReply`, unless its watch timed out; `onReply` throwing is a failure. */

@@ -98,7 +98,7 @@ export class RedisLedger implements AsyncLedger {
     } else {
       throw invalid('ledger.redis', 'an ioredis client or a redis:// URL', redis);
     }
-    this.runner = new CommandRunner(this.client, timeoutMs);
+    this.runner = new CommandRunner(this.client, timeoutMs, Object.values(scripts));
     this.tagKey = `{${prefix}:ledger}`;
   }
 

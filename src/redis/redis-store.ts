@@ -323,7 +323,7 @@ export class RedisStore implements Store {
     } else {
       throw invalid('redis', 'an ioredis client or a redis:// URL', redis);
     }
-    this.runner = new CommandRunner(this.client, this.commandTimeoutMs);
+    this.runner = new CommandRunner(this.client, this.commandTimeoutMs, Object.values(scripts));
     this.cluster = (this.client as { isCluster?: boolean }).isCluster === true;
     // A client we own reports errors through failed commands; without a listener ioredis logs them.
     if (this.ownsClient) this.client.on('error', () => {});
@@ -419,9 +419,12 @@ export class RedisStore implements Store {
     return Number(await this.runner.evalsha(scripts.time, 0, []));
   }
 
-  /** Load every script now (one round trip each), so the first decisions need no NOSCRIPT retry. */
-  async preload(): Promise<void> {
-    await Promise.all(Object.values(scripts).map((s) => this.runner.call('SCRIPT', 'LOAD', s.source)));
+  /**
+   * Load every script now (the first command waits for that anyway: scripts run in the order they
+   * were asked for, which a NOSCRIPT retry would break; see `CommandRunner`).
+   */
+  preload(): Promise<void> {
+    return this.runner.load();
   }
 
   async close(): Promise<void> {

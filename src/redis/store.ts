@@ -209,7 +209,6 @@ export interface Store {
   close(): MaybePromise<void>;
 }
 
-/** True when `value` is a promise-like (the store answered asynchronously). */
 /** Whether two calls on the same levels charge each the same (the arrays may be one). */
 export function sameCosts(a: readonly number[], b: readonly number[]): boolean {
   if (a === b) return true;
@@ -218,6 +217,7 @@ export function sameCosts(a: readonly number[], b: readonly number[]): boolean {
   return true;
 }
 
+/** True when `value` is a promise-like (the store answered asynchronously). */
 export function isPromise<T>(value: MaybePromise<T>): value is Promise<T> {
   return typeof (value as { then?: unknown } | null)?.then === 'function';
 }

@@ -2,7 +2,7 @@
  * Batching of concurrent decisions: the bucket decisions a RedisStore receives in one tick go to
  * Redis as one EVALSHA, and each caller gets its own answer, identical to what the TypeScript cores
  * decide for the same calls one after another. A failing batch fails each of its decisions with the
- * typed error; a batch reaching a server without the script loads it and runs again.
+ * typed error; a batch reaching a server without the scripts waits for them to load, then runs once.
  */
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
@@ -388,10 +388,11 @@ describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () =>
   });
 
   it.skipIf(!hasRedisServer())(
-    'a batch reaching a server without the script loads it and runs again',
+    'a batch reaching a server without the scripts waits for them to load, then runs once',
     async () => {
       const server = new DedicatedRedis(await freePort());
       await server.start();
+      const stats = new Redis(server.url);
       try {
         const store = make({ redis: server.url });
         const p = fresh();
@@ -399,12 +400,17 @@ describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () =>
         const answers = await Promise.all(
           Array.from({ length: 5 }, () => store.reserveAt(p, [tb, lb], [1, 1], 10_000, T0)),
         );
-        // EVALSHA (NOSCRIPT), SCRIPT LOAD, EVALSHA.
-        expect(store.commandsSent).toBe(3);
+        // Every script loaded first (SCRIPT LOAD each), then one EVALSHA for the batch, no NOSCRIPT.
+        const info = (await stats.info('commandstats')) as string;
+        expect(info).toMatch(/cmdstat_evalsha:calls=1,.*failed_calls=0/);
+        const loads = Number(/cmdstat_script\|load:calls=(\d+)/.exec(info)?.[1]);
+        expect(loads).toBeGreaterThan(1);
+        expect(store.commandsSent).toBe(loads + 1);
         const expected = Array.from({ length: 5 }, () => memory.reserveAt(p, [tb, lb], [1, 1], 10_000, T0));
         expect(answers.map(comparable)).toEqual(expected.map(comparable));
         await store.close();
       } finally {
+        stats.disconnect();
         await server.stop();
       }
     },

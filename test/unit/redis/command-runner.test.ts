@@ -153,6 +153,101 @@ describe('CommandRunner: one deadline per command, watched by one timer', () => 
     expect(loading[0]).toMatch(/^error Redis did not answer/);
   });
 
+  it('with scripts of its own: the first commands wait for every script to load, then go in order', async () => {
+    const { client, calls } = fakeClient();
+    const other = loadedScript('other script', 'return 2');
+    const runner = new CommandRunner(client, 1_000, [script, other]);
+    const outcomes = run(runner, 2);
+    expect(calls.map((c) => `${c.command} ${String(c.args[1]).slice(0, 8)}`)).toEqual([
+      'SCRIPT return 1',
+      'SCRIPT return 2',
+    ]);
+    calls[0]!.answer(script.sha);
+    await vi.advanceTimersByTimeAsync(0);
+    // Not before every load answered.
+    expect(calls).toHaveLength(2);
+    calls[1]!.answer(other.sha);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls.slice(2).map((c) => [c.command, c.args[2]])).toEqual([
+      ['EVALSHA', 0],
+      ['EVALSHA', 1],
+    ]);
+    // Loaded: the next goes at once.
+    run(runner, 1);
+    expect(calls).toHaveLength(5);
+    calls[2]!.answer('a');
+    calls[3]!.answer('b');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(outcomes).toEqual(['reply a', 'reply b']);
+  });
+
+  it('NOSCRIPT with commands in flight: they go again in their order, before those asked for while the scripts load', async () => {
+    const { client, calls } = fakeClient();
+    const runner = new CommandRunner(client, 1_000, [script]);
+    const order: number[] = [];
+    const send = (i: number) =>
+      runner.evalshaArgs(
+        script,
+        [script.sha, 0, i],
+        () => order.push(i),
+        () => order.push(-i),
+      );
+    send(0);
+    calls[0]!.answer(script.sha);
+    await vi.advanceTimersByTimeAsync(0);
+    calls[1]!.answer('ok');
+    send(1);
+    send(2);
+    // The server was flushed: both fail; 3 is asked for while the scripts load.
+    calls[2]!.fail(new Error('NOSCRIPT No matching script.'));
+    await vi.advanceTimersByTimeAsync(0);
+    send(3);
+    calls[3]!.fail(new Error('NOSCRIPT No matching script.'));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls.map((c) => c.command)).toEqual(['SCRIPT', 'EVALSHA', 'EVALSHA', 'EVALSHA', 'SCRIPT']);
+    calls[4]!.answer(script.sha);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls.slice(5).map((c) => c.args[2])).toEqual([1, 2, 3]);
+    for (const c of calls.slice(5)) c.answer('ok');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(order).toEqual([0, 1, 2, 3]);
+    // A second NOSCRIPT for the same command (flushed again) fails it rather than loop.
+    send(4);
+    calls[8]!.fail(new Error('NOSCRIPT No matching script.'));
+    await vi.advanceTimersByTimeAsync(0);
+    calls[9]!.answer(script.sha);
+    await vi.advanceTimersByTimeAsync(0);
+    calls[10]!.fail(new Error('NOSCRIPT No matching script.'));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(order).toEqual([0, 1, 2, 3, -4]);
+  });
+
+  it('loads that do not answer within the timeout fail the commands held for them; the next command loads again', async () => {
+    const { client, calls } = fakeClient();
+    const runner = new CommandRunner(client, 100, [script]);
+    const held = run(runner, 2);
+    const loading = runner.load().then(
+      () => 'loaded',
+      (error: unknown) => (error as Error).message,
+    );
+    expect(calls.map((c) => c.command)).toEqual(['SCRIPT']);
+    await vi.advanceTimersByTimeAsync(101);
+    expect(held[0]).toMatch(/^error Redis did not answer/);
+    expect(held[1]).toMatch(/^error Redis did not answer/);
+    expect(await loading).toMatch(/did not answer/);
+    // The late answer releases nothing; the next command loads again.
+    calls[0]!.answer(script.sha);
+    const next = run(runner, 1);
+    expect(calls.map((c) => c.command)).toEqual(['SCRIPT', 'SCRIPT']);
+    calls[1]!.answer(script.sha);
+    await vi.advanceTimersByTimeAsync(0);
+    calls[2]!.answer('ok');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(next).toEqual(['reply ok']);
+    await vi.advanceTimersByTimeAsync(200);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
   it('quit() gives QUIT the command timeout, then drops the connection; it never hangs', async () => {
     let disconnects = 0;
     const hanging = {
