@@ -114,6 +114,8 @@ export class CommandRunner {
   private loadWaiters: { watch: Watch; resolve: () => void }[] = [];
   /** The scripts are loaded (as far as the runner knows): commands go out at once. */
   private loaded: boolean;
+  /** The script loads sent and not answered yet. */
+  private loads: Promise<unknown> | undefined = undefined;
   /** Counts reloads: the answer of one given up on (timed out) releases nothing. */
   private generation = 0;
   private seq = 0;
@@ -202,12 +204,25 @@ export class CommandRunner {
     this.held = [];
     this.loaded = false;
     const generation = ++this.generation;
-    const sources = new Set(this.scripts.map((s) => s.source));
-    if (also !== undefined) sources.add(also.source);
-    const loads = [...sources].map((source) => {
-      this.commands++;
-      return this.client.call('SCRIPT', ['LOAD', source]) as Promise<unknown>;
-    });
+    // Loads still unanswered (given up on, a server away) are waited for again rather than sent
+    // again: a client that queues commands while disconnected would pile up sources.
+    let loads = this.loads;
+    if (loads === undefined || (also !== undefined && !this.scripts.includes(also))) {
+      const sources = new Set(this.scripts.map((s) => s.source));
+      if (also !== undefined) sources.add(also.source);
+      const sent = Promise.all(
+        [...sources].map((source) => {
+          this.commands++;
+          return this.client.call('SCRIPT', ['LOAD', source]) as Promise<unknown>;
+        }),
+      );
+      loads = sent;
+      this.loads = sent;
+      const done = () => {
+        if (this.loads === sent) this.loads = undefined;
+      };
+      sent.then(done, done);
+    }
     const timer = setTimeout(
       () =>
         this.release(
@@ -219,7 +234,7 @@ export class CommandRunner {
       this.timeoutMs,
     );
     timer.unref?.();
-    Promise.all(loads).then(
+    loads.then(
       () => {
         clearTimeout(timer);
         this.release(generation, undefined);

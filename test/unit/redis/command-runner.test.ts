@@ -222,7 +222,7 @@ describe('CommandRunner: one deadline per command, watched by one timer', () => 
     expect(order).toEqual([0, 1, 2, 3, -4]);
   });
 
-  it('loads that do not answer within the timeout fail the commands held for them; the next command loads again', async () => {
+  it('loads that do not answer within the timeout fail the commands held for them; later commands wait for those loads, not new ones', async () => {
     const { client, calls } = fakeClient();
     const runner = new CommandRunner(client, 100, [script]);
     const held = run(runner, 2);
@@ -235,15 +235,25 @@ describe('CommandRunner: one deadline per command, watched by one timer', () => 
     expect(held[0]).toMatch(/^error Redis did not answer/);
     expect(held[1]).toMatch(/^error Redis did not answer/);
     expect(await loading).toMatch(/did not answer/);
-    // The late answer releases nothing; the next command loads again.
-    calls[0]!.answer(script.sha);
+    // A server still away: the next commands wait for the same loads (nothing more piles up in a
+    // client that queues while disconnected), and fail in their turn.
+    const away = run(runner, 1);
+    await vi.advanceTimersByTimeAsync(101);
+    expect(away[0]).toMatch(/^error Redis did not answer/);
+    expect(calls.map((c) => c.command)).toEqual(['SCRIPT']);
+    // The loads answer at last: the next command goes at once after them.
     const next = run(runner, 1);
-    expect(calls.map((c) => c.command)).toEqual(['SCRIPT', 'SCRIPT']);
-    calls[1]!.answer(script.sha);
+    calls[0]!.answer(script.sha);
     await vi.advanceTimersByTimeAsync(0);
-    calls[2]!.answer('ok');
+    expect(calls.map((c) => c.command)).toEqual(['SCRIPT', 'EVALSHA']);
+    calls[1]!.answer('ok');
     await vi.advanceTimersByTimeAsync(0);
     expect(next).toEqual(['reply ok']);
+    // Answered: a load after that sends again.
+    const again = runner.load();
+    expect(calls.map((c) => c.command)).toEqual(['SCRIPT', 'EVALSHA', 'SCRIPT']);
+    calls[2]!.answer(script.sha);
+    await again;
     await vi.advanceTimersByTimeAsync(200);
     expect(vi.getTimerCount()).toBe(0);
   });
