@@ -38,7 +38,7 @@ import type {
   StorePauseEvent,
   StoreReservation,
 } from './store.js';
-import { ownWaitOf, sameCosts, seedAge } from './store.js';
+import { ownWaitOf, seedAge } from './store.js';
 
 export interface RedisStoreOptions {
   /** An `ioredis` client (`Redis` or `Cluster`), or a URL such as `redis://127.0.0.1:6379`. */
@@ -227,6 +227,12 @@ const NO_LEARNED: StoreReservation['learned'] = Object.freeze([]);
 
 /** '0', '1', ... (class numbers, sent with every call of a batch). */
 const classNumbers: readonly string[] = Array.from({ length: MAX_BATCH + 1 }, (_, i) => String(i));
+
+function sameCosts(a: readonly number[], b: readonly number[]): boolean {
+  if (a === b) return true;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
 
 const num = (value: unknown): number => (value === '-1' ? Infinity : Number(value));
 

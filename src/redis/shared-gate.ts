@@ -66,7 +66,6 @@ import {
   type StorePauseEvent,
   type StoreRefusal,
   type StoreReservation,
-  sameCosts,
 } from './store.js';
 import { type HeapEntry, TimerHeap } from './timer-heap.js';
 
@@ -325,8 +324,11 @@ export class SharedGate {
   private readonly keyInfos = new Map<string, KeyInfo>();
   private readonly defaultInfo: KeyInfo;
   private readonly heap = new TimerHeap<SharedCall>();
-  /** The lowest priority scheduled so far: a call above it may overtake reserved calls (`overtake`). */
-  private lowestPriority = 0;
+  /**
+   * The gate has seen a priority other than 0: from then on no call is reserved ahead (see
+   * `asksWhenDue`), so calls wait here in priority order rather than in the store in arrival order.
+   */
+  private prioritized = false;
   /**
    * The gate-wide line (see `waitInLine`): window calls on gate-wide levels held by them, in
    * priority and then schedule order from `lineFirst`, and the one that speaks for them at the store.
@@ -453,9 +455,9 @@ export class SharedGate {
    * Run `fn` when every shared limit admits it (same options as the in-memory gate's `schedule`).
    * Rejects with a typed error without calling `fn` when it cannot start in time, is aborted, the
    * gate is closed, or the store is down under `fail-closed` (`StoreUnavailableError`).
-   * `priority` orders the calls waiting in this gate, and a higher one takes the earliest slot
-   * reserved by a lower-priority call of its key; slots reserved by other keys and other processes
-   * keep their place.
+   * A gate that has seen a `priority` other than 0 reserves no call ahead: calls wait in this gate
+   * in priority order and ask the store when due (other processes' calls are served first come,
+   * first served).
    */
   schedule<T>(fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>> {
     if (this.closed) return Promise.reject(new GateClosedError());
@@ -469,7 +471,6 @@ export class SharedGate {
       checkKey(key);
       // `null` is garbage, not "unset": checked as given, like the in-memory gate does.
       const priority = o.priority === undefined ? 0 : checkPriority(o.priority);
-      if (priority < this.lowestPriority) this.lowestPriority = priority;
       const maxQueueTimeMs =
         o.maxQueueTimeMs === undefined ? this.o.maxQueueTimeMs : checkMaxQueueTimeMs(o.maxQueueTimeMs);
       checkSignal(signal);
@@ -480,6 +481,7 @@ export class SharedGate {
       const recounts = this.o.arrivalMarginMs > 0 && info.windows.some((i) => costs[i] !== 0);
       if (signal?.aborted) return Promise.reject(new AbortedError(signal.reason));
       if (info.queued >= this.o.maxQueue) throw new QueueFullError(this.o.maxQueue, key);
+      if (priority !== 0 && !this.prioritized) this.startPrioritizing();
       let resolve!: (value: unknown) => void;
       let reject!: (error: unknown) => void;
       const promise = new Promise<Awaited<T>>((res, rej) => {
@@ -738,8 +740,9 @@ export class SharedGate {
     }
     // A call its key's own limit may hold asks at once, as any bucket call, unless another call of
     // its key waits for its key's slot (then it waits for a turn behind it).
-    if ((call.recounts || (call.ownWaits && keyHeld(call.info))) && !this.mayAsk(call)) return;
-    if (call.recounts && call.gateWide && this.lineHolds(call)) return;
+    const whenDue = this.asksWhenDue(call);
+    if ((whenDue || (call.ownWaits && keyHeld(call.info))) && !this.mayAsk(call)) return;
+    if (whenDue && call.gateWide && this.lineHolds(call)) return;
     const now = this.clock.now();
     // A paused call asks the store when the pause ends: reserved now, it would take its slot of the
     // gate-wide limits at the pause's end, and every other key's calls would queue behind it.
@@ -753,7 +756,8 @@ export class SharedGate {
     // A call on a window limit reserves only a start that has come (within lateToleranceMs), and
     // otherwise asks again when the store says a slot frees: by then the calls before it are
     // recounted from their responses, which a reservation made ahead of them could not see. (The
-    // calls of one key ask in turns, see mayAsk.)
+    // calls of one key ask in turns, see mayAsk.) So does every call of a gate that has seen
+    // priorities (see asksWhenDue).
     const maxWaitMs = Math.max(0, call.deadline - now);
     this.ask(
       () =>
@@ -761,11 +765,11 @@ export class SharedGate {
           call.info.partition,
           call.info.levels,
           call.costs,
-          call.recounts ? Math.min(maxWaitMs, this.o.lateToleranceMs) : maxWaitMs,
+          whenDue ? Math.min(maxWaitMs, this.o.lateToleranceMs) : maxWaitMs,
           {
             scope: call.info.scope,
             ...(call.units === undefined ? {} : { units: call.units }),
-            ...(call.ownWaits || (call.recounts && call.gateWide)
+            ...(call.ownWaits || (whenDue && call.gateWide)
               ? { ownFrom: call.info.ownFrom!, ownWaitMs: this.o.lateToleranceMs }
               : {}),
           },
@@ -848,7 +852,7 @@ export class SharedGate {
       }
       // The store's wait is from its now; the deadline counts from enqueueing.
       const startsAt = now + d.retryAfterMs;
-      if (call.turn && startsAt <= call.deadline && d.shared === true && call.recounts) {
+      if (call.turn && startsAt <= call.deadline && d.shared === true && this.asksWhenDue(call)) {
         // Held by the gate-wide levels: wait in the gate-wide line, not at every slot.
         this.waitInLine(call, this.wakeFor(d, now));
         return;
@@ -896,7 +900,6 @@ export class SharedGate {
     else {
       call.state = 'waiting';
       this.enqueueAt(call, localStart);
-      if (call.priority > this.lowestPriority) this.overtake(call);
     }
     // The turn passes once the call started or holds its start (not before: with a synchronous
     // store the calls behind would be decided, and could start, ahead of it). A call that reserves
@@ -937,53 +940,6 @@ export class SharedGate {
   }
 
   /**
-   * `call` was reserved ahead, behind calls of its key of a lower priority that wait for earlier
-   * slots. Those slots are interchangeable (one key, the same costs: the same levels charged the
-   * same), so `call` takes the earliest and each call it overtakes the next, in priority and then
-   * schedule order, as the in-memory gate re-plans the calls a higher priority overtakes. One that
-   * the move would push past its deadline is refused now, and those after it move up instead; a
-   * slot left over is given back. (Calls of other keys keep their slots: their reservations hold
-   * other levels.)
-   */
-  private overtake(call: SharedCall): void {
-    const overtaken = this.heap
-      .entries()
-      .filter(
-        (c) =>
-          c.state === 'waiting' &&
-          c.info === call.info &&
-          c.priority < call.priority &&
-          c.storeStartAt < call.storeStartAt &&
-          c.reservation !== undefined &&
-          sameCosts(c.costs, call.costs),
-      );
-    if (overtaken.length === 0) return;
-    const moving = [call, ...overtaken.sort((a, b) => (goesBefore(a, b) ? -1 : 1))];
-    const slots = moving
-      .map((c) => ({ reservation: c.reservation!, storeStartAt: c.storeStartAt, at: c.at }))
-      .sort((a, b) => a.storeStartAt - b.storeStartAt);
-    let next = 0;
-    for (const c of moving) {
-      this.heap.remove(c);
-      const slot = slots[next]!;
-      if (c !== call && slot.at > c.deadline) {
-        // Its reservation went to another call (or is left over, below).
-        c.reservation = undefined;
-        this.refuse(c, deadlineError(c, slot.at, true));
-        continue;
-      }
-      c.reservation = slot.reservation;
-      c.storeStartAt = slot.storeStartAt;
-      c.at = slot.at;
-      this.heap.push(c);
-      next++;
-    }
-    // Latest first: each refund is then of its level's latest take (exact for buckets).
-    for (let i = slots.length - 1; i >= next; i--) this.giveBack(slots[i]!.reservation);
-    this.arm();
-  }
-
-  /**
    * Start a call whose slot has come, unless it comes too late: a start later than its slot by more
    * than `lateToleranceMs` (an answer or a timer delayed by a busy event loop) would reach the
    * provider closer to the next process's calls than the limit allows. Such a call gives its slot
@@ -1003,6 +959,37 @@ export class SharedGate {
       return;
     }
     this.start(call, now);
+  }
+
+  /**
+   * `call` reserves only a start that has come and waits here for its turn otherwise, in priority
+   * and then schedule order (key turns, the gate-wide line): a window call (see `submit`), and every
+   * call once the gate has seen priorities, so that a higher priority can go before calls that came
+   * earlier (reserved ahead, they would hold their slots in arrival order).
+   */
+  private asksWhenDue(call: SharedCall): boolean {
+    return call.recounts || this.prioritized;
+  }
+
+  /**
+   * The gate sees its first priority other than 0: the calls reserved ahead so far give their slots
+   * back (latest first: each refund is then of its level's latest take) and ask again in priority
+   * and then schedule order, when due (see `asksWhenDue`), with the calls that come from now on.
+   */
+  private startPrioritizing(): void {
+    this.prioritized = true;
+    const reserved = this.heap.entries().filter((c) => c.state === 'waiting' && c.reservation !== undefined);
+    if (reserved.length === 0) return;
+    reserved.sort((a, b) => b.storeStartAt - a.storeStartAt);
+    for (const call of reserved) {
+      this.heap.remove(call);
+      this.giveBack(call.reservation!);
+      call.reservation = undefined;
+      call.state = 'retrying';
+    }
+    this.arm();
+    reserved.sort((a, b) => (goesBefore(a, b) ? -1 : 1));
+    for (const call of reserved) this.submit(call);
   }
 
   /**
@@ -1030,8 +1017,30 @@ export class SharedGate {
       info.asking++;
       return true;
     }
+    if (this.prioritized && this.takeTurnInLine(call)) return true;
     this.putBack(call);
     this.pump(info);
+    return false;
+  }
+
+  /**
+   * A call of `call`'s key that `call` goes before holds a turn and waits in the gate-wide line:
+   * `call` takes its turn (and asks, joining the line at its own place), and it queues for a turn
+   * again. (Otherwise the line, ordered by the calls in it, would let a key's low-priority turn
+   * holder out before the higher-priority calls of other keys queued behind theirs.) True if so.
+   */
+  private takeTurnInLine(call: SharedCall): boolean {
+    const line = this.line;
+    for (let i = line.length - 1; i >= this.lineFirst; i--) {
+      const waiting = line[i]!;
+      if (!waiting.inLine || waiting.info !== call.info || !goesBefore(call, waiting)) continue;
+      waiting.inLine = false;
+      waiting.turn = false;
+      waiting.state = 'reserving';
+      call.turn = true;
+      this.putBack(waiting);
+      return true;
+    }
     return false;
   }
 
@@ -1317,9 +1326,11 @@ export class SharedGate {
         this.refuse(next, deadlineError(next, Infinity, false));
         continue;
       }
-      next.released = true;
+      // A call of its key with a higher priority, queued for a turn, goes in its place.
+      const asker = this.prioritized ? this.betterOfKey(next) : next;
+      asker.released = true;
       this.lineReleased++;
-      this.submit(next);
+      this.submit(asker);
     }
     if (this.lineFirst === this.line.length) {
       this.line = [];
@@ -1394,10 +1405,60 @@ export class SharedGate {
       if (head.state === 'waiting') this.startOrReserveAgain(head, head.at, now);
       else if (head.state === 'retrying') {
         if (now >= head.deadline) this.refuse(head, deadlineError(head, Infinity, false));
-        else this.submit(head);
+        else this.submit(this.prioritized ? this.bestFor(head) : head);
       }
     }
     this.arm();
+  }
+
+  /**
+   * The slot `waiter` waited for has come: the call that asks for it is the best waiting for it
+   * (`goesBefore`), as the in-memory gate starts its queue's best call when a slot frees. `waiter`
+   * waits for its key's slot (its key's head, the others of its key queued behind it without a
+   * turn), for the gate-wide line (its asker, the others in the line keeping their keys' turns), or
+   * both. A call of a higher priority that came after it, first behind it or first in the line,
+   * takes its place (and its turn, from behind) and asks now; `waiter` waits in its place among
+   * them. Answers the call to submit.
+   */
+  private bestFor(waiter: SharedCall): SharedCall {
+    const info = waiter.info;
+    const isHead = info.head === waiter;
+    const isAsker = this.lineAsker === waiter;
+    let fromBehind = isHead ? info.behind[info.behindHead] : undefined;
+    if (fromBehind?.state === 'done') fromBehind = undefined;
+    let lineAt = this.lineFirst;
+    if (isAsker) while (lineAt < this.line.length && !this.line[lineAt]!.inLine) lineAt++;
+    const fromLine = isAsker ? this.line[lineAt] : undefined;
+    const best =
+      fromLine !== undefined && (fromBehind === undefined || goesBefore(fromLine, fromBehind))
+        ? fromLine
+        : fromBehind;
+    if (best === undefined || !goesBefore(best, waiter)) return waiter;
+    if (isHead) info.head = undefined;
+    if (isAsker) this.lineAsker = best;
+    if (best === fromBehind) return this.betterOfKey(waiter);
+    // From the line: it holds its key's turn, and so does the waiter, which joins the line.
+    this.lineFirst = lineAt + 1;
+    best.inLine = false;
+    this.joinLine(waiter);
+    return best;
+  }
+
+  /**
+   * `holder` holds a turn of its key and is about to ask: the first call queued for a turn of its
+   * key takes the turn instead (`info.asking` unchanged) when it goes before `holder`, which queues
+   * for a turn again. Answers the call to ask.
+   */
+  private betterOfKey(holder: SharedCall): SharedCall {
+    const info = holder.info;
+    const best = info.behind[info.behindHead];
+    if (best === undefined || best.state === 'done' || !goesBefore(best, holder)) return holder;
+    info.behindHead++;
+    holder.turn = false;
+    best.turn = true;
+    holder.state = 'reserving';
+    this.putBack(holder);
+    return best;
   }
 
   private start(call: SharedCall, now: number): void {

@@ -209,14 +209,6 @@ export interface Store {
   close(): MaybePromise<void>;
 }
 
-/** Whether two calls on the same levels charge each the same (the arrays may be one). */
-export function sameCosts(a: readonly number[], b: readonly number[]): boolean {
-  if (a === b) return true;
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
-}
-
 /** True when `value` is a promise-like (the store answered asynchronously). */
 export function isPromise<T>(value: MaybePromise<T>): value is Promise<T> {
   return typeof (value as { then?: unknown } | null)?.then === 'function';
