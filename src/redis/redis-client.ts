@@ -114,8 +114,9 @@ export class CommandRunner {
   private loadWaiters: { watch: Watch; resolve: () => void }[] = [];
   /** The scripts are loaded (as far as the runner knows): commands go out at once. */
   private loaded: boolean;
-  /** The script loads sent and not answered yet. */
+  /** The script loads sent and not answered yet, and the sources they load (`loadAlso` adds). */
   private loads: Promise<unknown> | undefined = undefined;
+  private loading = new Set<string>();
   /** Counts reloads: the answer of one given up on (timed out) releases nothing. */
   private generation = 0;
   private seq = 0;
@@ -181,6 +182,7 @@ export class CommandRunner {
         if (command.watch.settled) return;
         command.reloaded = true;
         if (this.held === undefined) this.reload(command.script);
+        else this.loadAlso(command.script);
         this.hold(command);
       },
     );
@@ -207,11 +209,11 @@ export class CommandRunner {
     // Loads still unanswered (given up on, a server away) are waited for again rather than sent
     // again: a client that queues commands while disconnected would pile up sources.
     let loads = this.loads;
-    if (loads === undefined || (also !== undefined && !this.scripts.includes(also))) {
-      const sources = new Set(this.scripts.map((s) => s.source));
-      if (also !== undefined) sources.add(also.source);
+    if (loads === undefined) {
+      this.loading = new Set(this.scripts.map((s) => s.source));
+      if (also !== undefined) this.loading.add(also.source);
       const sent = Promise.all(
-        [...sources].map((source) => {
+        [...this.loading].map((source) => {
           this.commands++;
           return this.client.call('SCRIPT', ['LOAD', source]) as Promise<unknown>;
         }),
@@ -223,6 +225,7 @@ export class CommandRunner {
       };
       sent.then(done, done);
     }
+    if (also !== undefined) this.loadAlso(also);
     const timer = setTimeout(
       () =>
         this.release(
@@ -244,6 +247,17 @@ export class CommandRunner {
         this.release(generation, error);
       },
     );
+  }
+
+  /**
+   * Load `script` too, unless the loads in progress do (a runner given no scripts learns them from
+   * NOSCRIPT). Not waited for: sent before the held commands go again, it runs before them.
+   */
+  private loadAlso(script: LoadedScript): void {
+    if (this.loading.has(script.source)) return;
+    this.loading.add(script.source);
+    this.commands++;
+    (this.client.call('SCRIPT', ['LOAD', script.source]) as Promise<unknown>).catch(() => {});
   }
 
   /** The loads answered (or failed: `error`): send the held commands in order, or fail them. */

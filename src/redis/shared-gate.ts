@@ -212,6 +212,8 @@ interface SharedCall extends HeapEntry {
   readonly ownWaits: boolean;
   /** The call is charged on gate-wide levels. */
   readonly gateWide: boolean;
+  /** Its last reserve asked for a start ahead (not only one due now, see `asksWhenDue`). */
+  reservedAhead: boolean;
   /** The call waits in the gate-wide line (see `waitInLine`). */
   inLine: boolean;
   /** The call was let out of the gate-wide line and asks the store (see `releaseLine`). */
@@ -329,6 +331,8 @@ export class SharedGate {
    * `asksWhenDue`), so calls wait here in priority order rather than in the store in arrival order.
    */
   private prioritized = false;
+  /** Calls whose slot, reserved ahead before the gate saw priorities, goes back this tick. */
+  private returning: SharedCall[] | undefined = undefined;
   /**
    * The gate-wide line (see `waitInLine`): window calls on gate-wide levels held by them, in
    * priority and then schedule order from `lineFirst`, and the one that speaks for them at the store.
@@ -507,6 +511,7 @@ export class SharedGate {
         gateWide: info.ownFrom !== undefined && costs.some((c, i) => i < info.ownFrom! && c !== 0),
         inLine: false,
         released: false,
+        reservedAhead: false,
         lateMatters: !recounts || info.buckets.some((i) => costs[i] !== 0),
         turn: false,
         onAbort: undefined,
@@ -724,6 +729,11 @@ export class SharedGate {
   /** Reserve in the store, or apply the failure policy when it is down. */
   private submit(call: SharedCall): void {
     if (call.state === 'done') return;
+    if (this.clock.now() > call.deadline) {
+      // Its deadline passed while it waited here (a turn, the line, a pause, a probe).
+      this.refuse(call, deadlineError(call, Infinity, false));
+      return;
+    }
     if (this.rejectQueued) {
       this.refuse(call, new GateClosedError());
       return;
@@ -753,6 +763,7 @@ export class SharedGate {
     }
     call.state = 'reserving';
     call.sentAt = now;
+    call.reservedAhead = !whenDue;
     // A call on a window limit reserves only a start that has come (within lateToleranceMs), and
     // otherwise asks again when the store says a slot frees: by then the calls before it are
     // recounted from their responses, which a reservation made ahead of them could not see. (The
@@ -896,6 +907,14 @@ export class SharedGate {
       this.waitForPause(call, pausedUntil);
       return;
     }
+    if (call.reservedAhead && this.prioritized && localStart > now + this.o.lateToleranceMs) {
+      // Reserved ahead before the gate saw priorities (its answer was on its way then): it gives
+      // its slot back and asks again when due, as the calls reserved by then did.
+      this.passTurn(call, false);
+      call.state = 'retrying';
+      this.returnAhead(call);
+      return;
+    }
     if (localStart <= now) this.startOrReserveAgain(call, localStart, now);
     else {
       call.state = 'waiting';
@@ -979,17 +998,42 @@ export class SharedGate {
   private startPrioritizing(): void {
     this.prioritized = true;
     const reserved = this.heap.entries().filter((c) => c.state === 'waiting' && c.reservation !== undefined);
-    if (reserved.length === 0) return;
-    reserved.sort((a, b) => b.storeStartAt - a.storeStartAt);
     for (const call of reserved) {
       this.heap.remove(call);
-      this.giveBack(call.reservation!);
-      call.reservation = undefined;
       call.state = 'retrying';
     }
     this.arm();
-    reserved.sort((a, b) => (goesBefore(a, b) ? -1 : 1));
-    for (const call of reserved) this.submit(call);
+    this.returnSlots(reserved);
+  }
+
+  /**
+   * `call` holds a slot reserved ahead before the gate saw priorities: the slots that land in one
+   * tick (a batch's answers) are given back together (see `returnSlots`).
+   */
+  private returnAhead(call: SharedCall): void {
+    if (this.returning === undefined) {
+      this.returning = [];
+      queueMicrotask(() => {
+        const calls = this.returning ?? [];
+        this.returning = undefined;
+        this.returnSlots(calls);
+      });
+    }
+    this.returning.push(call);
+  }
+
+  /**
+   * Give the slots of `calls` back, latest first (each refund is then of its level's latest take),
+   * and let them ask again, when due, in priority and then schedule order.
+   */
+  private returnSlots(calls: SharedCall[]): void {
+    calls.sort((a, b) => b.storeStartAt - a.storeStartAt);
+    for (const call of calls) {
+      if (call.reservation !== undefined) this.giveBack(call.reservation);
+      call.reservation = undefined;
+    }
+    calls.sort((a, b) => (goesBefore(a, b) ? -1 : 1));
+    for (const call of calls) if (call.state === 'retrying') this.submit(call);
   }
 
   /**
@@ -1030,18 +1074,33 @@ export class SharedGate {
    * holder out before the higher-priority calls of other keys queued behind theirs.) True if so.
    */
   private takeTurnInLine(call: SharedCall): boolean {
+    // A call the line cannot start before its deadline would be refused on joining: it takes nothing.
+    const asker = this.lineAsker;
+    if (asker !== undefined && call.deadline < asker.at) return false;
     const line = this.line;
     for (let i = line.length - 1; i >= this.lineFirst; i--) {
       const waiting = line[i]!;
       if (!waiting.inLine || waiting.info !== call.info || !goesBefore(call, waiting)) continue;
+      // Out of the line for good (it joins again at its place when it has a turn again).
+      line.splice(i, 1);
       waiting.inLine = false;
-      waiting.turn = false;
-      waiting.state = 'reserving';
-      call.turn = true;
-      this.putBack(waiting);
+      this.handTurn(waiting, call);
       return true;
     }
     return false;
+  }
+
+  /**
+   * `from` gives its key's turn to `to` (`info.asking` unchanged) and queues for a turn again; it
+   * no longer waits for its key's slot either (the key's head).
+   */
+  private handTurn(from: SharedCall, to: SharedCall): void {
+    const info = from.info;
+    if (info.head === from) info.head = undefined;
+    from.turn = false;
+    to.turn = true;
+    from.state = 'reserving';
+    this.putBack(from);
   }
 
   /**
@@ -1451,14 +1510,20 @@ export class SharedGate {
    */
   private betterOfKey(holder: SharedCall): SharedCall {
     const info = holder.info;
-    const best = info.behind[info.behindHead];
-    if (best === undefined || best.state === 'done' || !goesBefore(best, holder)) return holder;
-    info.behindHead++;
-    holder.turn = false;
-    best.turn = true;
-    holder.state = 'reserving';
-    this.putBack(holder);
-    return best;
+    const now = this.clock.now();
+    for (;;) {
+      const best = info.behind[info.behindHead];
+      if (best === undefined || !goesBefore(best, holder)) return holder;
+      info.behindHead++;
+      if (best.state === 'done') continue;
+      if (now > best.deadline) {
+        // Its deadline passed while it waited for a turn (as in pump).
+        this.refuse(best, deadlineError(best, Infinity, false));
+        continue;
+      }
+      this.handTurn(holder, best);
+      return best;
+    }
   }
 
   private start(call: SharedCall, now: number): void {
@@ -1757,24 +1822,26 @@ export class SharedGate {
    */
   private failWaiting(error: unknown): void {
     if (this.up) return;
-    const waiting: SharedCall[] = [];
+    // A set: a call's place in the line may be there twice (see leaveLine), and it fails over once.
+    const waiting = new Set<SharedCall>();
     for (const info of this.allInfos()) {
-      for (let i = info.behindHead; i < info.behind.length; i++) waiting.push(info.behind[i]!);
+      for (let i = info.behindHead; i < info.behind.length; i++) waiting.add(info.behind[i]!);
       info.behind = [];
       info.behindHead = 0;
     }
     for (let i = this.lineFirst; i < this.line.length; i++)
-      if (this.line[i]!.inLine) waiting.push(this.line[i]!);
+      if (this.line[i]!.inLine) waiting.add(this.line[i]!);
     this.line = [];
     this.lineFirst = 0;
     for (const call of this.heap.entries()) {
       if (call.state !== 'retrying') continue;
       this.heap.remove(call);
-      waiting.push(call);
+      waiting.add(call);
     }
     this.arm();
-    waiting.sort((a, b) => (goesBefore(a, b) ? -1 : 1));
-    for (const call of waiting) if (call.state !== 'done') this.failover(call, error);
+    const ordered = [...waiting].sort((a, b) => (goesBefore(a, b) ? -1 : 1));
+    for (const call of ordered)
+      if (call.state !== 'done' && call.state !== 'running') this.failover(call, error);
   }
 
   private probe(): void {

@@ -14,13 +14,21 @@ import { ManualClock } from '../helpers/manual-clock.js';
 
 const numRuns = Number(process.env['GATE_PROPERTY_RUNS'] ?? 150);
 const T0 = Date.parse('2026-12-01T12:00:00Z');
-/** Gate-wide: 10 per second, one every 100 ms. Each key: 5 per second, bursts of 2. */
+/** Gate-wide: 10 per second, one every 100 ms. */
 const SPACING_MS = 100;
-const KEY_RATE_PER_MS = 5 / 1000;
-const KEY_BURST = 2;
+/** Each key: 5 per second in bursts of 2 (a token bucket), or 2 per second spaced (a leaky bucket). */
+const KEY_LIMITS = [
+  {
+    perKey: { algorithm: 'token-bucket', limit: 5, intervalMs: 1000, burst: 2 },
+    ratePerMs: 5 / 1000,
+    burst: 2,
+  },
+  { perKey: { algorithm: 'leaky-bucket', limit: 2, intervalMs: 1000 }, ratePerMs: 2 / 1000, burst: 1 },
+] as const;
 
 type Step =
   | { kind: 'schedule'; gate: 0 | 1; key: number; priority: number; maxQueueTimeMs: number }
+  | { kind: 'abort'; pick: number }
   | { kind: 'tick'; ms: number };
 
 const stepArb = (priorities: readonly number[]): fc.Arbitrary<Step> =>
@@ -39,6 +47,7 @@ const stepArb = (priorities: readonly number[]): fc.Arbitrary<Step> =>
       weight: 1,
       arbitrary: fc.record({ kind: fc.constant('tick' as const), ms: fc.integer({ min: 1, max: 400 }) }),
     },
+    { weight: 1, arbitrary: fc.record({ kind: fc.constant('abort' as const), pick: fc.nat() }) },
   );
 
 const flush = async () => {
@@ -56,23 +65,53 @@ interface Outcome {
   error?: unknown;
 }
 
-async function replay(steps: readonly Step[]): Promise<Outcome[]> {
+async function replay(steps: readonly Step[], later: boolean, keyLimit: number): Promise<Outcome[]> {
   const clock = new ManualClock(T0);
-  const store = new MemoryStore({ clock });
+  const memory = new MemoryStore({ clock });
+  // `later`: the store answers its decisions a turn later, as Redis does.
+  const store = later
+    ? new Proxy(memory, {
+        get(target, property, receiver) {
+          const value = Reflect.get(target, property, receiver);
+          if (typeof value !== 'function') return value;
+          if (property !== 'reserve' && property !== 'refund' && property !== 'recount')
+            return value.bind(target);
+          return (...args: unknown[]) => Promise.resolve().then(() => value.apply(target, args));
+        },
+      })
+    : memory;
   const options = {
     store,
     clock,
     limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
-    perKey: [{ algorithm: 'token-bucket', limit: 5, intervalMs: 1000, burst: KEY_BURST }],
+    perKey: [KEY_LIMITS[keyLimit]!.perKey],
   } as const;
   const gates = [createSharedGate(options), createSharedGate(options)];
   const outcomes: Outcome[] = [];
+  // Time moves from timer to timer, letting the store answer in between (an answer comes a turn
+  // after its question, not after the clock has jumped past the time it was asked).
+  const advance = async (ms: number) => {
+    const target = clock.now() + ms;
+    for (let at = clock.nextTimerAt(); at !== undefined && at <= target; at = clock.nextTimerAt()) {
+      clock.advanceTo(at);
+      await flush();
+    }
+    clock.advanceTo(target);
+    await flush();
+  };
+  const aborts: AbortController[] = [];
   for (const step of steps) {
     if (step.kind === 'tick') {
-      clock.advance(step.ms);
+      await advance(step.ms);
+      continue;
+    }
+    if (step.kind === 'abort') {
+      aborts[step.pick % Math.max(1, aborts.length)]?.abort();
       await flush();
       continue;
     }
+    const abort = new AbortController();
+    aborts.push(abort);
     const outcome: Outcome = {
       gate: step.gate,
       priority: step.priority,
@@ -86,7 +125,12 @@ async function replay(steps: readonly Step[]): Promise<Outcome[]> {
       () => {
         outcome.startedAt = clock.now();
       },
-      { key: `k${step.key}`, priority: step.priority, maxQueueTimeMs: step.maxQueueTimeMs },
+      {
+        key: `k${step.key}`,
+        priority: step.priority,
+        maxQueueTimeMs: step.maxQueueTimeMs,
+        signal: abort.signal,
+      },
     ).then(
       () => {
         outcome.settled++;
@@ -99,15 +143,13 @@ async function replay(steps: readonly Step[]): Promise<Outcome[]> {
     await flush();
   }
   // Long enough for every call accepted to start or be refused (the longest deadline is 60 s).
-  for (let t = 0; t < 700 && outcomes.some((o) => o.settled === 0); t++) {
-    clock.advance(100);
-    await flush();
-  }
+  for (let t = 0; t < 700 && outcomes.some((o) => o.settled === 0); t++) await advance(100);
   for (const gate of gates) await gate.close();
   return outcomes;
 }
 
-function check(outcomes: readonly Outcome[]): void {
+function check(outcomes: readonly Outcome[], keyLimit: number): void {
+  const { ratePerMs, burst } = KEY_LIMITS[keyLimit]!;
   for (const o of outcomes) {
     expect(o.settled).toBe(1);
     if (o.error !== undefined) {
@@ -136,10 +178,10 @@ function check(outcomes: readonly Outcome[]): void {
       .filter((o) => o.key === key)
       .map((o) => o.startedAt!)
       .sort((a, b) => a - b);
-    let tokens = KEY_BURST;
+    let tokens: number = burst;
     let at = T0;
     for (const t of times) {
-      tokens = Math.min(KEY_BURST, tokens + (t - at) * KEY_RATE_PER_MS);
+      tokens = Math.min(burst, tokens + (t - at) * ratePerMs);
       at = t;
       expect(tokens).toBeGreaterThanOrEqual(1 - 1e-9);
       tokens -= 1;
@@ -148,15 +190,21 @@ function check(outcomes: readonly Outcome[]): void {
 }
 
 describe('shared gates with priorities (property)', () => {
-  for (const [name, priorities] of [
-    ['mixed priorities', [-1, 0, 0, 1, 3]],
-    ['no priorities', [0]],
+  for (const [name, priorities, later] of [
+    ['mixed priorities', [-1, 0, 0, 1, 3], false],
+    ['mixed priorities, a store answering later', [-1, 0, 0, 1, 3], true],
+    ['no priorities', [0], false],
+    ['no priorities, a store answering later', [0], true],
   ] as const) {
     it(`${name}: every call settles once, none starts late, both limits hold across two gates`, async () => {
       await fc.assert(
-        fc.asyncProperty(fc.array(stepArb(priorities), { minLength: 1, maxLength: 40 }), async (steps) => {
-          check(await replay(steps));
-        }),
+        fc.asyncProperty(
+          fc.array(stepArb(priorities), { minLength: 1, maxLength: 40 }),
+          fc.integer({ min: 0, max: KEY_LIMITS.length - 1 }),
+          async (steps, keyLimit) => {
+            check(await replay(steps, later, keyLimit), keyLimit);
+          },
+        ),
         { numRuns },
       );
     }, 120_000);

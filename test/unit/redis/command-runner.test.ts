@@ -258,6 +258,45 @@ describe('CommandRunner: one deadline per command, watched by one timer', () => 
     expect(vi.getTimerCount()).toBe(0);
   });
 
+  it('a runner given no scripts loads each one that meets NOSCRIPT, also while another loads', async () => {
+    // A server that knows the scripts loaded into it, answering at once.
+    const loaded = new Set<string>();
+    const sent: string[] = [];
+    const client = {
+      call(command: string, args: unknown[]) {
+        sent.push(command);
+        if (command === 'SCRIPT') {
+          const source = String(args[1]);
+          loaded.add(loadedScript('', source).sha);
+          return Promise.resolve('sha');
+        }
+        const sha = String(args[0]);
+        return loaded.has(sha)
+          ? Promise.resolve(`ran ${sha.slice(0, 4)}`)
+          : Promise.reject(new Error('NOSCRIPT No matching script.'));
+      },
+    } as unknown as RedisClient;
+    const runner = new CommandRunner(client, 1_000);
+    const a = loadedScript('a', 'return 1');
+    const b = loadedScript('b', 'return 2');
+    const out: string[] = [];
+    runner.evalshaArgs(
+      a,
+      [a.sha, 0],
+      (r) => out.push(`a ${String(r)}`),
+      (e) => out.push(`a ${e.message}`),
+    );
+    runner.evalshaArgs(
+      b,
+      [b.sha, 0],
+      (r) => out.push(`b ${String(r)}`),
+      (e) => out.push(`b ${e.message}`),
+    );
+    await vi.advanceTimersByTimeAsync(0);
+    expect(out).toEqual([`a ran ${a.sha.slice(0, 4)}`, `b ran ${b.sha.slice(0, 4)}`]);
+    expect(sent).toEqual(['EVALSHA', 'EVALSHA', 'SCRIPT', 'SCRIPT', 'EVALSHA', 'EVALSHA']);
+  });
+
   it('quit() gives QUIT the command timeout, then drops the connection; it never hangs', async () => {
     let disconnects = 0;
     const hanging = {

@@ -167,4 +167,189 @@ describe('shared gate priority', () => {
     expect(starts).toEqual(['a0', 'b-high', 'a1', 'a2']);
     await close(gate);
   });
+
+  // Found by review (session 12), each failing on the first version of this code.
+
+  it('a call that takes the turn of its key head waiting in the line leaves no call of that key stranded', async () => {
+    const { gate, clock, call, run, times } = setup({
+      limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+      perKey: [{ algorithm: 'leaky-bucket', limit: 1, intervalMs: 1000 }],
+    });
+    const settled: Record<string, string> = {};
+    const track = (name: string, p: Promise<unknown>) =>
+      p.then(
+        () => {
+          settled[name] = 'ok';
+        },
+        (error: Error) => {
+          settled[name] = error.name;
+        },
+      );
+    const calls = [track('K0', call('K0', 1, 'k')), track('L', call('L', -1, 'k'))];
+    // Other keys keep the gate-wide line busy past 1 s.
+    for (let i = 0; i < 15; i++) calls.push(track(`X${i}`, call(`X${i}`, 0, `x${i}`)));
+    await flush();
+    // L wakes for its key's slot, finds the line busy and joins it, still its key's head.
+    clock.advance(1_000);
+    await flush();
+    calls.push(track('H', call('H', 0, 'k')));
+    await flush();
+    calls.push(track('K2', call('K2', 3, 'k')));
+    await run(10_000, 100);
+    await Promise.all(calls);
+    expect(settled).toMatchObject({ K0: 'ok', L: 'ok', H: 'ok', K2: 'ok' });
+    // In priority order after K0, one per second on key k (from 1.1 s: the gate-wide line's pace).
+    expect([times['K0'], times['K2'], times['H'], times['L']]).toEqual([0, 1_100, 2_100, 3_100]);
+    await close(gate);
+  });
+
+  it('a call displaced from the line and back in it fails over once when the store goes down', async () => {
+    const clock = new ManualClock(T0);
+    const memory = new MemoryStore({ clock });
+    let failing = false;
+    const store = new Proxy(memory, {
+      get(target, property, receiver) {
+        const value = Reflect.get(target, property, receiver);
+        if (typeof value !== 'function') return value;
+        return (...args: unknown[]) => {
+          if (failing && property !== 'onPause' && property !== 'pauseId') throw new Error('store down');
+          return value.apply(target, args);
+        };
+      },
+    });
+    const gate = createSharedGate({
+      store,
+      clock,
+      maxQueueTimeMs: 60_000,
+      failure: 'fail-open',
+      limits: [{ algorithm: 'leaky-bucket', limit: 1, intervalMs: 1000 }],
+    });
+    const runs: Record<string, number> = {};
+    const settled: Record<string, number> = {};
+    const schedule = (name: string, key: string, priority: number, signal?: AbortSignal) =>
+      gate
+        .schedule(
+          () => {
+            runs[name] = (runs[name] ?? 0) + 1;
+          },
+          { key, priority, ...(signal === undefined ? {} : { signal }) },
+        )
+        .then(
+          () => {},
+          () => {},
+        )
+        .finally(() => {
+          settled[name] = (settled[name] ?? 0) + 1;
+        });
+    const abort = new AbortController();
+    const calls = [
+      schedule('S', 's', 1),
+      schedule('A', 'a', 0),
+      schedule('L', 'k', -1),
+      schedule('H', 'k', 0, abort.signal),
+    ];
+    await flush();
+    // H took L's turn in the line; aborted, it gives the turn back and L joins the line again.
+    abort.abort();
+    await flush();
+    failing = true;
+    gate.pauseFor(10);
+    await flush();
+    failing = false;
+    for (let t = 0; t < 100; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    await Promise.all(calls);
+    expect(runs).toEqual({ S: 1, A: 1, L: 1 });
+    expect(settled).toEqual({ S: 1, A: 1, L: 1, H: 1 });
+    expect(gate.stats()).toMatchObject({ queued: 0 });
+    const closing = gate.close();
+    clock.advance(10_000);
+    await closing;
+  });
+
+  it('a call queued for its key turn whose deadline passed is refused, not let out of the line late', async () => {
+    const clock = new ManualClock(T0);
+    const store = new MemoryStore({ clock });
+    const options = {
+      store,
+      clock,
+      maxQueueTimeMs: 60_000,
+      limits: [{ algorithm: 'sliding-log', limit: 3, intervalMs: 1000 }],
+    } as const;
+    const [one, other] = [createSharedGate(options), createSharedGate(options)];
+    const log: Record<string, string> = {};
+    const schedule = (
+      gate: SharedGate,
+      name: string,
+      key: string,
+      priority: number,
+      maxQueueTimeMs = 60_000,
+    ) =>
+      gate
+        .schedule(
+          () => {
+            log[name] = `started ${clock.now() - T0}`;
+          },
+          { key, priority, maxQueueTimeMs },
+        )
+        .catch((error: Error) => {
+          log[name] = error.name;
+        });
+    const calls = [
+      schedule(one, 'S1', 's', 0),
+      schedule(one, 'S2', 's', 0),
+      schedule(one, 'S3', 's', 0),
+      schedule(one, 'L', 'k', -1),
+      // Behind L for key k's turn, until 1.5 s at most.
+      schedule(one, 'H', 'k', 0, 1_500),
+      schedule(one, 'M1', 'm1', 1),
+      schedule(one, 'M2', 'm2', 1),
+    ];
+    await flush();
+    clock.advance(999);
+    await flush();
+    // Another process takes the window's slots at 1 s.
+    calls.push(schedule(other, 'G1', 'g', 0), schedule(other, 'G2', 'g', 0), schedule(other, 'G3', 'g', 0));
+    await flush();
+    for (let t = 0; t < 40; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    await Promise.all(calls);
+    expect(log['H']).toBe('QueueTimeoutError');
+    await one.close();
+    await other.close();
+  });
+
+  it('with a store that answers later (Redis), reservations on their way when the first priority comes are given back too', async () => {
+    const clock = new ManualClock(T0);
+    const memory = new MemoryStore({ clock });
+    const store = new Proxy(memory, {
+      get(target, property, receiver) {
+        const value = Reflect.get(target, property, receiver);
+        if (typeof value !== 'function') return value;
+        if (property !== 'reserve' && property !== 'refund') return value.bind(target);
+        return (...args: unknown[]) => Promise.resolve().then(() => value.apply(target, args));
+      },
+    });
+    const gate = createSharedGate({
+      store,
+      clock,
+      maxQueueTimeMs: 60_000,
+      limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+    });
+    const starts: string[] = [];
+    const calls = Array.from({ length: 5 }, (_, i) => gate.schedule(() => starts.push(`low${i}`)));
+    // In the same tick: the five reserves are on their way.
+    calls.push(gate.schedule(() => starts.push('high'), { priority: 1 }));
+    for (let t = 0; t < 20; t++) {
+      await flush();
+      clock.advance(50);
+    }
+    await Promise.all(calls);
+    expect(starts).toEqual(['low0', 'high', 'low1', 'low2', 'low3', 'low4']);
+    await close(gate);
+  });
 });
