@@ -729,11 +729,6 @@ export class SharedGate {
   /** Reserve in the store, or apply the failure policy when it is down. */
   private submit(call: SharedCall): void {
     if (call.state === 'done') return;
-    if (this.clock.now() > call.deadline) {
-      // Its deadline passed while it waited here (a turn, the line, a pause, a probe).
-      this.refuse(call, deadlineError(call, Infinity, false));
-      return;
-    }
     if (this.rejectQueued) {
       this.refuse(call, new GateClosedError());
       return;
@@ -1486,17 +1481,32 @@ export class SharedGate {
     let fromBehind = isHead ? info.behind[info.behindHead] : undefined;
     if (fromBehind?.state === 'done') fromBehind = undefined;
     let lineAt = this.lineFirst;
-    if (isAsker) while (lineAt < this.line.length && !this.line[lineAt]!.inLine) lineAt++;
-    const fromLine = isAsker ? this.line[lineAt] : undefined;
+    let fromLine: SharedCall | undefined;
+    const now = this.clock.now();
+    for (; isAsker && lineAt < this.line.length; lineAt++) {
+      const waiting = this.line[lineAt]!;
+      if (!waiting.inLine) continue;
+      // Its deadline passed while it waited in the line (as releaseLine refuses it).
+      if (now > waiting.deadline) this.refuse(waiting, deadlineError(waiting, Infinity, false));
+      else {
+        fromLine = waiting;
+        break;
+      }
+    }
     const best =
       fromLine !== undefined && (fromBehind === undefined || goesBefore(fromLine, fromBehind))
         ? fromLine
         : fromBehind;
     if (best === undefined || !goesBefore(best, waiter)) return waiter;
-    if (isHead) info.head = undefined;
-    if (isAsker) this.lineAsker = best;
-    if (best === fromBehind) return this.betterOfKey(waiter);
+    if (best === fromBehind) {
+      // Its key's first call queued for a turn (unless its deadline passed: then the next).
+      const chosen = this.betterOfKey(waiter);
+      if (isAsker && chosen !== waiter) this.lineAsker = chosen;
+      return chosen;
+    }
     // From the line: it holds its key's turn, and so does the waiter, which joins the line.
+    if (isHead) info.head = undefined;
+    this.lineAsker = best;
     this.lineFirst = lineAt + 1;
     best.inLine = false;
     this.joinLine(waiter);
@@ -1840,8 +1850,13 @@ export class SharedGate {
     }
     this.arm();
     const ordered = [...waiting].sort((a, b) => (goesBefore(a, b) ? -1 : 1));
-    for (const call of ordered)
-      if (call.state !== 'done' && call.state !== 'running') this.failover(call, error);
+    const now = this.clock.now();
+    for (const call of ordered) {
+      if (call.state === 'done' || call.state === 'running') continue;
+      // One whose deadline passed while it waited is refused, as it would have been at its turn.
+      if (now > call.deadline) this.refuse(call, deadlineError(call, Infinity, false));
+      else this.failover(call, error);
+    }
   }
 
   private probe(): void {
