@@ -1022,13 +1022,21 @@ export class SharedGate {
    * and let them ask again, when due, in priority and then schedule order.
    */
   private returnSlots(calls: SharedCall[]): void {
+    this.giveBackLatestFirst(calls);
+    calls.sort((a, b) => (goesBefore(a, b) ? -1 : 1));
+    for (const call of calls) if (call.state === 'retrying') this.submit(call);
+  }
+
+  /**
+   * Give back the reservations of `calls` (sorted in place), latest first: each refund is then of
+   * its level's latest take (exact for buckets).
+   */
+  private giveBackLatestFirst(calls: SharedCall[]): void {
     calls.sort((a, b) => b.storeStartAt - a.storeStartAt);
     for (const call of calls) {
       if (call.reservation !== undefined) this.giveBack(call.reservation);
       call.reservation = undefined;
     }
-    calls.sort((a, b) => (goesBefore(a, b) ? -1 : 1));
-    for (const call of calls) if (call.state === 'retrying') this.submit(call);
   }
 
   /**
@@ -1798,14 +1806,9 @@ export class SharedGate {
       this.pauseEvents.emit({ key: owner, untilMs: untilLocal, reason });
     }
     if (held.length === 0) return;
-    // Latest reservations first: each refund is then of its level's latest take (exact for buckets).
-    held.sort((a, b) => b.storeStartAt - a.storeStartAt);
-    for (const call of held) {
-      this.heap.remove(call);
-      if (call.reservation !== undefined) this.giveBack(call.reservation);
-      call.reservation = undefined;
-    }
+    for (const call of held) this.heap.remove(call);
     this.arm();
+    this.giveBackLatestFirst(held);
     // Each asks the store again when the pause ends (see submit).
     for (let i = held.length - 1; i >= 0; i--) this.waitForPause(held[i]!, untilLocal);
   }

@@ -69,6 +69,20 @@ const quota = (remaining: number, resetEpochSeconds: number): Reply => ({
   },
 });
 
+/**
+ * 12 calls on a quota of 10 per minute: the first and the 9 the quota allows are out, and the last
+ * of them is answered first, with `remaining` left.
+ */
+async function lastAnsweredFirst(remaining: number) {
+  const s = scenario();
+  const reset = T0 / 1000 + 60;
+  await s.open(reset, 12);
+  expect(s.api.started).toHaveLength(10);
+  s.api.started[9]!.answer(quota(remaining, reset));
+  await flush();
+  return { ...s, reset };
+}
+
 describe('quota from answers out of order', () => {
   it('an answer to a later call does not lend the units of earlier calls still in flight', async () => {
     const { clock, api, calls, open } = scenario();
@@ -239,12 +253,7 @@ describe('quota from answers out of order', () => {
   });
 
   it('an older answer of 0 left after a newer answer of 0 gives nothing back (0 is as low as it goes)', async () => {
-    const { clock, api, calls, open } = scenario();
-    const reset = T0 / 1000 + 60;
-    await open(reset, 12);
-    expect(api.started).toHaveLength(10);
-    api.started[9]!.answer(quota(0, reset));
-    await flush();
+    const { clock, api, calls, reset } = await lastAnsweredFirst(0);
     // Counted after it or before it, they cannot say less than 0.
     for (let i = 1; i <= 8; i++) api.started[i]!.answer(quota(0, reset));
     await flush();
@@ -292,12 +301,7 @@ describe('quota from answers out of order', () => {
   });
 
   it('garbage remaining values in answers out of order neither crash the gate nor lend units out', async () => {
-    const { clock, api, calls, open } = scenario();
-    const reset = T0 / 1000 + 60;
-    await open(reset, 12);
-    expect(api.started).toHaveLength(10);
-    api.started[9]!.answer(quota(0, reset));
-    await flush();
+    const { clock, api, calls, reset } = await lastAnsweredFirst(0);
     // Unreadable or absurd remaining values: none may give back what the 0 above holds.
     const garbage = ['NaN', '-1', '1e999', 'Infinity', '', '9'.repeat(400), '0x10', '  ', '7.5.1'];
     for (let i = 1; i <= 8; i++) {
