@@ -1486,8 +1486,9 @@ export class SharedGate {
     const info = waiter.info;
     const isHead = info.head === waiter;
     const isAsker = this.lineAsker === waiter;
-    let fromBehind = isHead ? info.behind[info.behindHead] : undefined;
-    if (fromBehind?.state === 'done') fromBehind = undefined;
+    // Its key's first call queued for a turn (aborted or refused ones left the queue for good).
+    if (isHead) while (info.behind[info.behindHead]?.state === 'done') info.behindHead++;
+    const fromBehind = isHead ? info.behind[info.behindHead] : undefined;
     let lineAt = this.lineFirst;
     let fromLine: SharedCall | undefined;
     const now = this.clock.now();

@@ -323,6 +323,33 @@ describe('shared gate priority', () => {
     await other.close();
   });
 
+  it('a higher-priority call that waited for its key turn and was aborted does not hide the next one behind it', async () => {
+    // Found by the property test (a seed of session 13): the key's head, waiting for the gate-wide
+    // slot, checked only the first call queued behind it, found it aborted, and took the slot
+    // itself, ahead of a higher-priority call queued next.
+    const { gate, starts, times, call, run } = setup({
+      limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+      perKey: [{ algorithm: 'token-bucket', limit: 5, intervalMs: 1000, burst: 2 }],
+    });
+    const first = call('first', -1, 'a', 0);
+    const low = call('low', -1, 'b', 400);
+    const abort = new AbortController();
+    const aborted = gate.schedule(() => starts.push('aborted'), {
+      key: 'b',
+      priority: 3,
+      signal: abort.signal,
+    });
+    await flush();
+    abort.abort();
+    await expect(aborted).rejects.toThrow(/aborted/);
+    const high = call('high', 0, 'b', 5_000);
+    await run(1_000, 10);
+    await Promise.all([first, low, high]);
+    expect(starts).toEqual(['first', 'high', 'low']);
+    expect(times).toEqual({ first: 0, high: 100, low: 200 });
+    await close(gate);
+  });
+
   it('with a store that answers later (Redis), reservations on their way when the first priority comes are given back too', async () => {
     const clock = new ManualClock(T0);
     const memory = new MemoryStore({ clock });
