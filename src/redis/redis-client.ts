@@ -84,6 +84,12 @@ interface Command {
   reloaded: boolean;
 }
 
+/** A connection SCRIPT LOAD can be sent on: a server, or one node of a Cluster. */
+type ScriptLoader = Pick<Redis, 'call'>;
+
+const isClusterClient = (client: RedisClient): client is Cluster =>
+  (client as { isCluster?: boolean }).isCluster === true;
+
 const isNoScript = (error: unknown): boolean => String((error as Error)?.message).startsWith('NOSCRIPT');
 
 /**
@@ -100,7 +106,9 @@ const isNoScript = (error: unknown): boolean => String((error as Error)?.message
  * runner loads every script of its owner before its first EVALSHA, and on a NOSCRIPT loads them all
  * again: meanwhile new commands wait, and once the loads answer (by then every command sent before
  * them has answered too) the failed ones are sent again in their order, then the waiting ones. A
- * runner given no scripts sends at once and loads a script when it meets NOSCRIPT.
+ * runner given no scripts sends at once and loads a script when it meets NOSCRIPT. On a Cluster the
+ * scripts load on every primary (each runs the scripts of its own slots), and a NOSCRIPT from any
+ * of them (a restarted node, a replica promoted) loads them on every primary again.
  */
 export class CommandRunner {
   private watches: Watch[] = [];
@@ -212,12 +220,8 @@ export class CommandRunner {
     if (loads === undefined) {
       this.loading = new Set(this.scripts.map((s) => s.source));
       if (also !== undefined) this.loading.add(also.source);
-      const sent = Promise.all(
-        [...this.loading].map((source) => {
-          this.commands++;
-          return this.client.call('SCRIPT', ['LOAD', source]) as Promise<unknown>;
-        }),
-      );
+      const sources = [...this.loading];
+      const sent = this.onEveryPrimary((node) => sources.map((source) => this.scriptLoad(node, source)));
       loads = sent;
       this.loads = sent;
       const done = () => {
@@ -256,8 +260,39 @@ export class CommandRunner {
   private loadAlso(script: LoadedScript): void {
     if (this.loading.has(script.source)) return;
     this.loading.add(script.source);
+    this.onEveryPrimary((node) => [this.scriptLoad(node, script.source)]).catch(() => {});
+  }
+
+  /**
+   * Send `load`'s commands where scripts must be loaded: to the server, or on a Cluster to every
+   * primary (SCRIPT LOAD sent through the Cluster client goes to one node, any node; each primary
+   * runs the scripts of its own slots). Sent at once, in this call (so they go before anything sent
+   * after it), except on a Cluster still connecting: its nodes are known once it is ready, which is
+   * waited for within the load's timeout. Resolves when every command answered.
+   */
+  private onEveryPrimary(load: (node: ScriptLoader) => Promise<unknown>[]): Promise<unknown> {
+    const client = this.client;
+    if (!isClusterClient(client)) return Promise.all(load(client));
+    if (client.status === 'ready') return Promise.all(client.nodes('master').flatMap(load));
+    return new Promise((resolve, reject) => {
+      const ready = () => {
+        client.off('end', ended);
+        resolve(Promise.all(client.nodes('master').flatMap(load)));
+      };
+      const ended = () => {
+        client.off('ready', ready);
+        reject(
+          new StoreUnavailableError('Redis Cluster connection ended before it was ready: scripts not loaded'),
+        );
+      };
+      client.once('ready', ready);
+      client.once('end', ended);
+    });
+  }
+
+  private scriptLoad(node: ScriptLoader, source: string): Promise<unknown> {
     this.commands++;
-    (this.client.call('SCRIPT', ['LOAD', script.source]) as Promise<unknown>).catch(() => {});
+    return node.call('SCRIPT', ['LOAD', source]) as Promise<unknown>;
   }
 
   /** The loads answered (or failed: `error`): send the held commands in order, or fail them. */

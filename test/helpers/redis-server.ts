@@ -5,11 +5,19 @@
  * A suite skips (visibly) only when no server answers and `CI` is not 'true': in CI it must run.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { Redis } from 'ioredis';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Cluster, Redis } from 'ioredis';
 import type { StoreDecision } from '../../src/redis/store.js';
 
 export const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+/**
+ * The server binary the tests start their own servers with: `redis-server`, or another
+ * (`REDIS_SERVER_BIN=valkey-server` in CI's Valkey pass).
+ */
+export const REDIS_SERVER_BIN = process.env['REDIS_SERVER_BIN'] || 'redis-server';
 
 /** True when a Redis server answers PING at `url` within a second. */
 export async function redisAnswers(url = REDIS_URL): Promise<boolean> {
@@ -61,7 +69,7 @@ export class DedicatedRedis {
 
   async start(): Promise<void> {
     const proc = spawn(
-      'redis-server',
+      REDIS_SERVER_BIN,
       ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
       { stdio: 'ignore' },
     );
@@ -102,7 +110,7 @@ export async function keysOfTag(client: Redis, pattern: string): Promise<string[
 /** True when a `redis-server` binary is installed (tests that start their own server need it). */
 export function hasRedisServer(): boolean {
   try {
-    execFileSync('redis-server', ['--version'], { stdio: 'ignore' });
+    execFileSync(REDIS_SERVER_BIN, ['--version'], { stdio: 'ignore' });
     return true;
   } catch {
     return false;
@@ -119,4 +127,109 @@ export function comparable(d: StoreDecision): unknown {
     // Learned ids are store-specific names (Redis hashes them).
     learned: d.learned.map((l) => ({ cost: l.cost, mark: l.mark === '' ? '' : Number(l.mark) })),
   };
+}
+
+/**
+ * A private Redis Cluster of three primaries (no replicas, no persistence) on free loopback ports,
+ * its configuration in a temporary directory: slots given with CLUSTER ADDSLOTSRANGE and the nodes
+ * introduced with CLUSTER MEET (no redis-cli needed). `stop()` kills the servers and removes it.
+ */
+export class DedicatedCluster {
+  readonly ports: number[] = [];
+  private readonly procs: ChildProcess[] = [];
+  private dir: string | undefined;
+
+  /** A new ioredis Cluster client on it (the caller disconnects it). */
+  client(): Cluster {
+    return new Cluster([{ host: '127.0.0.1', port: this.ports[0]! }], {
+      redisOptions: { showFriendlyErrorStack: false },
+    });
+  }
+
+  /** A plain connection to each primary (the caller disconnects them). */
+  nodes(): Redis[] {
+    return this.ports.map((port) => new Redis(port, '127.0.0.1'));
+  }
+
+  async start(): Promise<void> {
+    const dir = mkdtempSync(join(tmpdir(), 'tollgate-cluster-'));
+    this.dir = dir;
+    for (let i = 0; i < 3; i++) {
+      const port = await freePort();
+      this.ports.push(port);
+      const proc = spawn(
+        REDIS_SERVER_BIN,
+        [
+          '--port',
+          String(port),
+          '--bind',
+          '127.0.0.1',
+          '--save',
+          '',
+          '--appendonly',
+          'no',
+          '--cluster-enabled',
+          'yes',
+          '--cluster-config-file',
+          `nodes-${port}.conf`,
+          '--dir',
+          dir,
+        ],
+        { stdio: 'ignore' },
+      );
+      this.procs.push(proc);
+    }
+    const deadline = Date.now() + 30_000;
+    for (const port of this.ports) {
+      while (!(await redisAnswers(`redis://127.0.0.1:${port}`))) {
+        if (Date.now() > deadline) throw new Error(`cluster node on ${port} did not answer`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+    const nodes = this.nodes();
+    try {
+      const ranges: [number, number][] = [
+        [0, 5460],
+        [5461, 10922],
+        [10923, 16383],
+      ];
+      for (let i = 0; i < 3; i++)
+        await nodes[i]!.call('CLUSTER', ['ADDSLOTSRANGE', ranges[i]![0], ranges[i]![1]]);
+      // Every node meets every other (quicker to agree than waiting for gossip to spread).
+      for (const node of nodes) {
+        for (const port of this.ports) await node.call('CLUSTER', ['MEET', '127.0.0.1', port]);
+      }
+      for (const node of nodes) {
+        while (!String(await node.call('CLUSTER', ['INFO'])).includes('cluster_state:ok')) {
+          if (Date.now() > deadline) throw new Error('the cluster did not reach cluster_state:ok');
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      }
+      // Every node knows every slot's owner (a client asking any node is routed right).
+      for (const node of nodes) {
+        while (((await node.call('CLUSTER', ['SLOTS'])) as unknown[]).length < 3) {
+          if (Date.now() > deadline) throw new Error('the cluster nodes did not learn every slot');
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      }
+    } finally {
+      for (const node of nodes) node.disconnect();
+    }
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(
+      this.procs.map(
+        (proc) =>
+          new Promise<void>((resolve) => {
+            if (proc.exitCode !== null || proc.signalCode !== null) return resolve();
+            proc.once('exit', () => resolve());
+            proc.kill('SIGKILL');
+          }),
+      ),
+    );
+    this.procs.length = 0;
+    if (this.dir !== undefined) rmSync(this.dir, { recursive: true, force: true });
+    this.dir = undefined;
+  }
 }

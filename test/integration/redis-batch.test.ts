@@ -266,23 +266,6 @@ describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () =>
     expect(a.map(comparable)).toEqual(b.map(comparable));
   });
 
-  it('on a Cluster client, a batch holds the decisions of one partition (one hash slot) only', async () => {
-    const client = new Redis(REDIS_URL);
-    // The store only asks whether the client is a Cluster; the keys of one partition share a slot.
-    (client as unknown as { isCluster: boolean }).isCluster = true;
-    const store = make({ redis: client });
-    await store.preload();
-    const partitions = [fresh(), fresh(), fresh()];
-    const before = store.commandsSent;
-    const answers = await Promise.all(
-      Array.from({ length: 9 }, (_, i) => store.reserveAt(partitions[i % 3]!, [tb], [1], 10_000, T0)),
-    );
-    expect(store.commandsSent - before).toBe(3);
-    expect(answers.every((a) => a.ok)).toBe(true);
-    await store.close();
-    client.disconnect();
-  });
-
   it('a failing batch rejects each of its decisions with StoreUnavailableError', async () => {
     const client = new Redis(REDIS_URL);
     const call = client.call.bind(client) as (command: string, args: unknown[]) => Promise<unknown>;

@@ -329,3 +329,114 @@ describe('CommandRunner: one deadline per command, watched by one timer', () => 
     expect(vi.getTimerCount()).toBe(0);
   });
 });
+
+/** A Cluster client of `n` primaries: keyless commands sent through it reach one node only. */
+function fakeCluster(n: number, status: string) {
+  const nodes = Array.from({ length: n }, () => fakeClient());
+  const { client: routed, calls: routedCalls } = fakeClient();
+  const listeners = new Map<string, (() => void)[]>();
+  const cluster = {
+    isCluster: true,
+    status,
+    call: (routed as unknown as { call: (c: string, a: unknown[]) => Promise<unknown> }).call,
+    nodes: (role: string) => {
+      expect(role).toBe('master');
+      return nodes.map((node) => node.client);
+    },
+    once(event: string, listener: () => void) {
+      listeners.set(event, [...(listeners.get(event) ?? []), listener]);
+    },
+    off(event: string, listener: () => void) {
+      listeners.set(
+        event,
+        (listeners.get(event) ?? []).filter((l) => l !== listener),
+      );
+    },
+    emit(event: string) {
+      const ls = listeners.get(event) ?? [];
+      listeners.delete(event);
+      for (const l of ls) l();
+    },
+  };
+  return { cluster, client: cluster as unknown as RedisClient, nodes, routedCalls, listeners };
+}
+
+describe('CommandRunner on a Cluster: scripts load on every primary', () => {
+  beforeEach(() => {
+    vi.useFakeTimers();
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('each script goes to every primary, and commands wait until all of them answered', async () => {
+    const other = loadedScript('other script', 'return 2');
+    const { client, nodes, routedCalls } = fakeCluster(3, 'ready');
+    const runner = new CommandRunner(client, 1_000, [script, other]);
+    const outcomes = run(runner, 2);
+    for (const node of nodes) {
+      expect(node.calls.map((c) => `${c.command} ${String(c.args[1])}`)).toEqual([
+        'SCRIPT return 1',
+        'SCRIPT return 2',
+      ]);
+    }
+    // Nothing through the routed client until every node has both scripts.
+    expect(routedCalls).toEqual([]);
+    for (const node of nodes.slice(0, 2)) for (const c of node.calls) c.answer('sha');
+    nodes[2]!.calls[0]!.answer('sha');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(routedCalls).toEqual([]);
+    nodes[2]!.calls[1]!.answer('sha');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(routedCalls.map((c) => [c.command, c.args[2]])).toEqual([
+      ['EVALSHA', 0],
+      ['EVALSHA', 1],
+    ]);
+    // A NOSCRIPT from one primary (restarted) loads them on every primary again.
+    routedCalls[0]!.answer('a');
+    routedCalls[1]!.fail(new Error('NOSCRIPT No matching script.'));
+    await vi.advanceTimersByTimeAsync(0);
+    for (const node of nodes) expect(node.calls).toHaveLength(4);
+    for (const node of nodes) for (const c of node.calls.slice(2)) c.answer('sha');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(routedCalls.map((c) => c.args[2])).toEqual([0, 1, 1]);
+    routedCalls[2]!.answer('b');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(outcomes).toEqual(['reply a', 'reply b']);
+  });
+
+  it('a Cluster still connecting is waited for: it loads on the primaries it knows once ready', async () => {
+    const { cluster, client, nodes, routedCalls } = fakeCluster(2, 'connecting');
+    const runner = new CommandRunner(client, 1_000, [script]);
+    const outcomes = run(runner, 1);
+    await vi.advanceTimersByTimeAsync(10);
+    for (const node of nodes) expect(node.calls).toEqual([]);
+    cluster.status = 'ready';
+    cluster.emit('ready');
+    await vi.advanceTimersByTimeAsync(0);
+    for (const node of nodes) expect(node.calls.map((c) => c.command)).toEqual(['SCRIPT']);
+    for (const node of nodes) node.calls[0]!.answer('sha');
+    await vi.advanceTimersByTimeAsync(0);
+    routedCalls[0]!.answer('ok');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(outcomes).toEqual(['reply ok']);
+  });
+
+  it('a Cluster that ends before it is ready, or never gets ready, fails the held commands once', async () => {
+    const ended = fakeCluster(2, 'connecting');
+    const failed = run(new CommandRunner(ended.client, 1_000, [script]), 2);
+    ended.cluster.emit('end');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(failed).toEqual([
+      'error Redis Cluster connection ended before it was ready: scripts not loaded',
+      'error Redis Cluster connection ended before it was ready: scripts not loaded',
+    ]);
+    // Its 'ready' listener was removed with it.
+    expect(ended.listeners.get('ready') ?? []).toEqual([]);
+    const never = fakeCluster(2, 'connecting');
+    const waiting = run(new CommandRunner(never.client, 100, [script]), 1);
+    await vi.advanceTimersByTimeAsync(101);
+    expect(waiting[0]).toMatch(/^error Redis did not answer/);
+    for (const node of never.nodes) expect(node.calls).toEqual([]);
+  });
+});
