@@ -12,7 +12,7 @@ import { MemoryStore } from '../../src/redis/memory-store.js';
 import { createSharedGate } from '../../src/redis/shared-gate.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 
-const numRuns = Number(process.env['GATE_PROPERTY_RUNS'] ?? 150);
+const numRuns = Number(process.env['GATE_PROPERTY_RUNS'] ?? 1000);
 const T0 = Date.parse('2026-12-01T12:00:00Z');
 /** Gate-wide: 10 per second, one every 100 ms. */
 const SPACING_MS = 100;
