@@ -750,9 +750,11 @@ export class SharedGate {
     if (whenDue && call.gateWide && this.lineHolds(call)) return;
     const now = this.clock.now();
     // A paused call asks the store when the pause ends: reserved now, it would take its slot of the
-    // gate-wide limits at the pause's end, and every other key's calls would queue behind it.
+    // gate-wide limits at the pause's end, and every other key's calls would queue behind it. A
+    // pause about to end is not waited for, except in a prioritized gate: there a call asking now
+    // would take the pause end's slot from the calls of a higher priority waiting for it.
     const pausedUntil = this.localPauses.size === 0 ? 0 : this.pausedUntil(call.info, now);
-    if (pausedUntil > now + PAUSE_SLACK_MS) {
+    if (pausedUntil > now + (this.prioritized ? 0 : PAUSE_SLACK_MS)) {
       this.waitForPause(call, pausedUntil);
       return;
     }

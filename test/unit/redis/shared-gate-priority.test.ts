@@ -350,6 +350,24 @@ describe('shared gate priority', () => {
     await close(gate);
   });
 
+  it('a lower priority that comes in the last ms of a pause does not take the slot a higher one waits for', async () => {
+    // Found by a fuzzer (session 13): within PAUSE_SLACK_MS of the pause's end a new call asked at
+    // once, and the store gave it the pause end's slot ahead of the call waiting for that end.
+    const { clock, gate, times, call, run } = setup({
+      perKey: [{ algorithm: 'leaky-bucket', limit: 2, intervalMs: 1000 }],
+    });
+    gate.pauseFor(100, 'k');
+    const high = call('high', 5, 'k');
+    await flush();
+    clock.advance(96);
+    await flush();
+    const low = call('low', 0, 'k');
+    await run(1_000, 50);
+    await Promise.all([high, low]);
+    expect(times).toEqual({ high: 100, low: 600 });
+    await close(gate);
+  });
+
   it('with a store that answers later (Redis), reservations on their way when the first priority comes are given back too', async () => {
     const clock = new ManualClock(T0);
     const memory = new MemoryStore({ clock });
