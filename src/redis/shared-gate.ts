@@ -673,6 +673,14 @@ export class SharedGate {
       if (this.keyInfos.size >= 10_000) this.sweepInfos();
       info = this.makeInfo(key);
       this.keyInfos.set(key, info);
+      // Pauses heard before this gate knew the key hold its calls in the fallback too.
+      if (this.fallback !== undefined && this.localPauses.size > 0) {
+        const now = this.clock.now();
+        for (const id of info.pauseIds) {
+          const until = this.localPauses.get(id);
+          if (until !== undefined && until > now) this.pauseFallback(id, until);
+        }
+      }
     }
     return info;
   }

@@ -1244,6 +1244,35 @@ describe('shared gate on a memory store', () => {
     await Promise.all([a.close(), b.close()]);
   });
 
+  it('a pause heard before this gate knew the key holds that key in the fallback too', async () => {
+    // Found by a fuzzer (session 13): the fallback was paused only for keys this gate had seen,
+    // so a call of a new key started through it inside another process's Retry-After pause.
+    const {
+      clock,
+      outage,
+      gate: a,
+      other,
+    } = outageSetup(false, {
+      limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+      failure: 'local',
+    });
+    const b = other({ limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }] });
+    b.pauseFor(5_000, 'k');
+    await flush();
+    outage.broken = true;
+    await a.schedule(() => {}, { key: 'other' });
+    expect(a.stats().storeUp).toBe(false);
+    let startedAt: number | undefined;
+    const late = a.schedule(() => void (startedAt = clock.now() - T0), { key: 'k', maxQueueTimeMs: 60_000 });
+    for (let t = 0; t < 60; t++) {
+      clock.advance(100);
+      await flush();
+    }
+    await late;
+    expect(startedAt).toBeGreaterThanOrEqual(5_000 - 5);
+    await Promise.all([a.close(), b.close()]);
+  });
+
   it('a 429 answered through the fallback pauses this gate and, once the store answers, the others', async () => {
     const { clock, outage, gate: a, other } = outageSetup(true);
     const b = other();
