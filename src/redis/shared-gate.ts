@@ -1474,8 +1474,14 @@ export class SharedGate {
       const head = this.heap.peek();
       if (head === undefined || head.at > now) break;
       this.heap.pop();
-      if (head.state === 'waiting') this.startOrReserveAgain(head, head.at, now);
-      else if (head.state === 'retrying') {
+      if (head.state === 'waiting') {
+        // A timer this late (a stalled event loop) would start the call past its deadline: the
+        // in-memory gate refuses it, and so does this one. (A store's round trip is not a wait:
+        // an answer that comes after the deadline for a start within it still starts the call.)
+        if (now > Math.max(head.deadline, head.at) + this.o.lateToleranceMs)
+          this.refuse(head, deadlineError(head, now, false));
+        else this.startOrReserveAgain(head, head.at, now);
+      } else if (head.state === 'retrying') {
         if (now >= head.deadline) this.refuse(head, deadlineError(head, Infinity, false));
         else this.submit(this.prioritized ? this.bestFor(head) : head);
       }

@@ -62,6 +62,15 @@ export class ManualClock implements Clock {
     if (target > this.current) this.current = target;
   }
 
+  /**
+   * The event loop stalls until `target`: time jumps there first, then the timers due by then fire,
+   * late, each seeing `now()` equal to `target`.
+   */
+  stallUntil(target: number): void {
+    if (target > this.current) this.current = target;
+    this.advanceTo(target);
+  }
+
   /** Fire timers until none is left (or `maxSteps` fired); returns the number fired. */
   runAll(maxSteps = 1_000_000): number {
     let fired = 0;

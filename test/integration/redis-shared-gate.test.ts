@@ -189,6 +189,41 @@ describe('shared gate on a memory store', () => {
     expect(await Promise.all([...calls, next])).toEqual([0, 100, 200, 300]);
   });
 
+  for (const perKey of [
+    { algorithm: 'leaky-bucket', limit: 1, intervalMs: 1000 },
+    { algorithm: 'sliding-log', limit: 1, intervalMs: 1000 },
+  ] as const) {
+    it(`a call whose timer fires past its deadline (a stalled event loop) is refused, not started (${perKey.algorithm})`, async () => {
+      // Found by a fuzzer (session 13): it started 500 ms past its deadline; the in-memory gate refuses.
+      const { clock, store } = setup();
+      const g = createSharedGate({ store, clock, perKey: [perKey], arrivalMarginMs: 50 });
+      const first = g.schedule(() => {}, { key: 'k' });
+      let startedAt: number | undefined;
+      const second = g.schedule(() => void (startedAt = clock.now() - T0), {
+        key: 'k',
+        maxQueueTimeMs: 1_000,
+      });
+      await flush();
+      // Its slot (or its turn to ask) is at 1,000 ms, its deadline; the event loop stalls until
+      // 1,500 ms, when the timer due at 1,000 fires.
+      clock.stallUntil(T0 + 1_500);
+      await flush();
+      await first;
+      await expect(second).rejects.toBeInstanceOf(QueueTimeoutError);
+      expect(startedAt).toBeUndefined();
+      // Its slot was given back: the next call takes it now.
+      let nextAt: number | undefined;
+      await Promise.all([
+        g.schedule(() => void (nextAt = clock.now() - T0), { key: 'k', maxQueueTimeMs: 0 }),
+        (async () => {
+          for (let t = 0; t < 5; t++) await flush();
+        })(),
+      ]);
+      expect(nextAt).toBe(1_500);
+      await g.close();
+    });
+  }
+
   it('an abort while waiting rejects at once and gives the slot to the next call', async () => {
     const { clock, gate } = setup();
     const a = gate();
