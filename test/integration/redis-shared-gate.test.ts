@@ -199,10 +199,15 @@ describe('shared gate on a memory store', () => {
       const g = createSharedGate({ store, clock, perKey: [perKey], arrivalMarginMs: 50 });
       const first = g.schedule(() => {}, { key: 'k' });
       let startedAt: number | undefined;
-      const second = g.schedule(() => void (startedAt = clock.now() - T0), {
-        key: 'k',
-        maxQueueTimeMs: 1_000,
-      });
+      const second = g.schedule(
+        () => {
+          startedAt = clock.now() - T0;
+        },
+        {
+          key: 'k',
+          maxQueueTimeMs: 1_000,
+        },
+      );
       await flush();
       // Its slot (or its turn to ask) is at 1,000 ms, its deadline; the event loop stalls until
       // 1,500 ms, when the timer due at 1,000 fires.
@@ -214,7 +219,12 @@ describe('shared gate on a memory store', () => {
       // Its slot was given back: the next call takes it now.
       let nextAt: number | undefined;
       await Promise.all([
-        g.schedule(() => void (nextAt = clock.now() - T0), { key: 'k', maxQueueTimeMs: 0 }),
+        g.schedule(
+          () => {
+            nextAt = clock.now() - T0;
+          },
+          { key: 'k', maxQueueTimeMs: 0 },
+        ),
         (async () => {
           for (let t = 0; t < 5; t++) await flush();
         })(),
@@ -1298,7 +1308,12 @@ describe('shared gate on a memory store', () => {
     await a.schedule(() => {}, { key: 'other' });
     expect(a.stats().storeUp).toBe(false);
     let startedAt: number | undefined;
-    const late = a.schedule(() => void (startedAt = clock.now() - T0), { key: 'k', maxQueueTimeMs: 60_000 });
+    const late = a.schedule(
+      () => {
+        startedAt = clock.now() - T0;
+      },
+      { key: 'k', maxQueueTimeMs: 60_000 },
+    );
     for (let t = 0; t < 60; t++) {
       clock.advance(100);
       await flush();
