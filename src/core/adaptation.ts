@@ -91,7 +91,9 @@ export function verdictFor(
   // A throttling marker counts on any status: Shopify GraphQL answers THROTTLED with a 200, and
   // such a request was not executed, so it is retried like a 429.
   const throttled = status === 429 || status === 529 || observation.throttled === true;
-  const method = (input.method ?? 'GET').toUpperCase();
+  // A method that is not text (an inspect hook's garbage) is not known to be idempotent.
+  const method =
+    input.method === undefined ? 'GET' : typeof input.method === 'string' ? input.method.toUpperCase() : '';
   const unavailable =
     status === 503 &&
     observation.retryAfterMs !== undefined &&

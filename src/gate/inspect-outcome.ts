@@ -18,8 +18,16 @@ export function inspectOutcome(
     inspection = undefined;
   }
   if (typeof (inspection as { then?: unknown } | null)?.then === 'function') {
-    (inspection as PromiseLike<Inspection | undefined>).then(next, () => next(undefined));
+    (inspection as PromiseLike<unknown>).then(
+      (answer) => next(readable(answer)),
+      () => next(undefined),
+    );
   } else {
-    next(inspection as Inspection | undefined);
+    next(readable(inspection));
   }
+}
+
+/** An inspection the gates can read, or `undefined` for anything but an object (null included). */
+function readable(inspection: unknown): Inspection | undefined {
+  return typeof inspection === 'object' && inspection !== null ? (inspection as Inspection) : undefined;
 }
