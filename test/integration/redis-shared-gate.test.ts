@@ -238,6 +238,75 @@ describe('shared gate on a memory store', () => {
     });
   }
 
+  describe('a call due to ask again exactly at its deadline asks (a start at the deadline is in time)', () => {
+    // Found by a fuzzing review (session 13): fire() refused such a call without asking.
+    it('a concurrency retry', async () => {
+      const { clock, store } = setup();
+      const limits = [{ algorithm: 'concurrency' as const, limit: 1 }];
+      const a = createSharedGate({ store, clock, limits });
+      const b = createSharedGate({ store, clock, limits });
+      const holding = a.schedule(() => new Promise<void>((resolve) => clock.setTimeout(resolve, 5)));
+      await flush();
+      let startedAt: number | undefined;
+      // concurrencyRetryMs is 20: the retry comes at the deadline; the permit came back at 5 ms.
+      const waiting = b.schedule(
+        () => {
+          startedAt = clock.now() - T0;
+        },
+        { maxQueueTimeMs: 20 },
+      );
+      for (let t = 0; t < 10; t++) {
+        await flush();
+        clock.advance(5);
+      }
+      await Promise.all([holding, waiting]);
+      expect(startedAt).toBe(20);
+      await Promise.all([a.close(), b.close()]);
+    });
+
+    it('a pause that ends at the deadline', async () => {
+      const { clock, gate } = setup();
+      const g = gate();
+      g.pauseFor(1_000);
+      let startedAt: number | undefined;
+      const call = g.schedule(
+        () => {
+          startedAt = clock.now() - T0;
+        },
+        { maxQueueTimeMs: 1_000 },
+      );
+      for (let t = 0; t < 120; t++) {
+        await flush();
+        clock.advance(10);
+      }
+      await call;
+      expect(startedAt).toBe(1_000);
+      await g.close();
+    });
+
+    it('a 429 whose Retry-After ends at the deadline is retried there', async () => {
+      const { clock, store } = setup();
+      const g = createSharedGate({ store, clock });
+      const starts: number[] = [];
+      const call = g.schedule(
+        async (): Promise<Inspection> => {
+          starts.push(clock.now() - T0);
+          return starts.length === 1
+            ? { status: 429, headers: { 'retry-after-ms': '1000' } }
+            : { status: 200, headers: {} };
+        },
+        { maxQueueTimeMs: 1_000, inspect: (r: Inspection) => r },
+      );
+      for (let t = 0; t < 120; t++) {
+        await flush();
+        clock.advance(10);
+      }
+      expect((await call).status).toBe(200);
+      expect(starts).toEqual([0, 1_000]);
+      await g.close();
+    });
+  });
+
   it('an abort while waiting rejects at once and gives the slot to the next call', async () => {
     const { clock, gate } = setup();
     const a = gate();
