@@ -1482,7 +1482,7 @@ export class SharedGate {
           this.refuse(head, deadlineError(head, now, false));
         else this.startOrReserveAgain(head, head.at, now);
       } else if (head.state === 'retrying') {
-        if (now > head.deadline) this.refuse(head, deadlineError(head, Infinity, false));
+        if (now >= head.deadline) this.refuse(head, deadlineError(head, Infinity, false));
         else this.submit(this.prioritized ? this.bestFor(head) : head);
       }
     }
