@@ -104,7 +104,10 @@ export interface Inspection {
   readonly method?: string;
   /** False when the request cannot be sent again (a streamed body). @default true */
   readonly retryable?: boolean;
-  /** Units actually used (e.g. tokens from the response's usage): the difference is refunded or charged. */
+  /**
+   * Units actually used (e.g. tokens from the response's usage): the difference is refunded or
+   * charged. (In-memory gate only: a shared gate keeps the estimate counted in the store.)
+   */
   readonly actualCost?: Readonly<Record<string, number>>;
   /** Money actually charged (integer micros), e.g. from a price header; settles the budget. */
   readonly actualPriceMicros?: number;
