@@ -673,12 +673,13 @@ export class SharedGate {
       if (this.keyInfos.size >= 10_000) this.sweepInfos();
       info = this.makeInfo(key);
       this.keyInfos.set(key, info);
-      // Pauses heard before this gate knew the key hold its calls in the fallback too.
+      // Pauses heard before this gate knew the key hold its calls in the fallback too (this key's
+      // alone: the keys known when they were heard were paused then).
       if (this.fallback !== undefined && this.localPauses.size > 0) {
         const now = this.clock.now();
         for (const id of info.pauseIds) {
           const until = this.localPauses.get(id);
-          if (until !== undefined && until > now) this.pauseFallback(id, until);
+          if (until !== undefined && until > now) this.pauseFallbackOf(info, id, until);
         }
       }
     }
@@ -1502,9 +1503,7 @@ export class SharedGate {
     const info = waiter.info;
     const isHead = info.head === waiter;
     const isAsker = this.lineAsker === waiter;
-    // Its key's first call queued for a turn (aborted or refused ones left the queue for good).
-    if (isHead) while (info.behind[info.behindHead]?.state === 'done') info.behindHead++;
-    const fromBehind = isHead ? info.behind[info.behindHead] : undefined;
+    const fromBehind = isHead ? this.firstQueued(info) : undefined;
     let lineAt = this.lineFirst;
     let fromLine: SharedCall | undefined;
     const now = this.clock.now();
@@ -1547,10 +1546,9 @@ export class SharedGate {
     const info = holder.info;
     const now = this.clock.now();
     for (;;) {
-      const best = info.behind[info.behindHead];
+      const best = this.firstQueued(info);
       if (best === undefined || !goesBefore(best, holder)) return holder;
       info.behindHead++;
-      if (best.state === 'done') continue;
       if (now > best.deadline) {
         // Its deadline passed while it waited for a turn (as in pump).
         this.refuse(best, deadlineError(best, Infinity, false));
@@ -1559,6 +1557,12 @@ export class SharedGate {
       this.handTurn(holder, best);
       return best;
     }
+  }
+
+  /** The first call queued for a turn of `info`'s key (aborted or refused ones leave the queue here). */
+  private firstQueued(info: KeyInfo): SharedCall | undefined {
+    while (info.behind[info.behindHead]?.state === 'done') info.behindHead++;
+    return info.behind[info.behindHead];
   }
 
   private start(call: SharedCall, now: number): void {
@@ -1792,19 +1796,24 @@ export class SharedGate {
    * pause of calls without a key holds all of it (more than needed, never less).
    */
   private pauseFallback(pauseId: string, untilLocal: number): void {
-    const fallback = this.fallback;
-    if (fallback === undefined) return;
-    const gateWide = this.o.globalCores.length > 0;
-    for (const info of this.allInfos()) {
-      const i = info.pauseIds.indexOf(pauseId);
-      if (i === -1) continue;
-      // With gate-wide limits every key is a scope of one partition, whose own pause holds them all.
-      if (info.key === undefined || (i === 0 && gateWide)) {
-        fallback.pause(untilLocal, undefined, 'shared');
-        return;
-      }
-      fallback.pause(untilLocal, info.key, 'shared');
+    if (this.fallback === undefined) return;
+    for (const info of this.allInfos()) if (this.pauseFallbackOf(info, pauseId, untilLocal) === 'all') return;
+  }
+
+  /**
+   * Hold `info`'s calls in the fallback until `untilLocal` if `pauseId` holds them: 'all' when that
+   * pause holds every call of the fallback.
+   */
+  private pauseFallbackOf(info: KeyInfo, pauseId: string, untilLocal: number): 'all' | 'key' | 'none' {
+    const i = info.pauseIds.indexOf(pauseId);
+    if (i === -1) return 'none';
+    // With gate-wide limits every key is a scope of one partition, whose own pause holds them all.
+    if (info.key === undefined || (i === 0 && this.o.globalCores.length > 0)) {
+      this.fallback!.pause(untilLocal, undefined, 'shared');
+      return 'all';
     }
+    this.fallback!.pause(untilLocal, info.key, 'shared');
+    return 'key';
   }
 
   /** Hold every waiting call the pause covers: give back its reservation and reserve again after it. */
