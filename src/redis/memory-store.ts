@@ -2,9 +2,9 @@ import { type Clock, systemClock } from '../clock.js';
 import { createLimit } from '../core/create-limit.js';
 import type { Algorithm, LimitCore, LimitSpec } from '../core/limit.js';
 import type { NormalizedLimitSpec, SpecFor } from '../core/normalize-limit-spec.js';
-import { countsWindow, recountState } from '../core/recount.js';
+import { countsWindow, recountAtMs, recountState } from '../core/recount.js';
 import { createTokenBucket } from '../core/token-bucket.js';
-import { unitCost } from '../gate/schedule-options.js';
+import { ownUnits, unitCost } from '../gate/schedule-options.js';
 import { integer, invalid, onlyKnownKeys, plainObject } from '../validate.js';
 import type {
   LearnOptions,
@@ -132,6 +132,8 @@ export function learnedSpecText(spec: NormalizedLimitSpec): string {
 // What of each reservation is settled for good: 'untimed' (its permits were given back), 'timed'
 // (its call ran and was recounted), 'all'. A second refund or recount changes nothing.
 const settled = new WeakMap<StoreReservation, 'untimed' | 'timed' | 'all'>();
+// Reservations whose timed levels were given back: nothing of them is adjusted after.
+const refundedTimed = new WeakSet<StoreReservation>();
 
 /** Which levels a refund touches now; undefined when nothing is left to refund. */
 export function claimRefund(
@@ -146,9 +148,9 @@ export function claimRefund(
   }
   settled.set(reservation, 'all');
   // One part already settled: only the other is left.
-  if (done === 'untimed') return 'timed';
   if (done === 'timed') return 'untimed';
-  return 'all';
+  refundedTimed.add(reservation);
+  return done === 'untimed' ? 'timed' : 'all';
 }
 
 /** True the first time `reservation` is recounted, unless its timed levels were refunded. */
@@ -157,6 +159,43 @@ export function claimRecount(reservation: StoreReservation): boolean {
   if (done === 'all' || done === 'timed') return false;
   settled.set(reservation, done === 'untimed' ? 'all' : 'timed');
   return true;
+}
+
+// Reservations whose actual units were settled (see `Store.adjust`): once each.
+const adjusted = new WeakSet<StoreReservation>();
+
+/**
+ * True the first time `reservation` is adjusted, unless its timed levels were refunded. Checks the
+ * arguments first (a bad one is named and claims nothing).
+ */
+export function claimAdjust(
+  reservation: StoreReservation,
+  units: unknown,
+  recountMarginMs: unknown,
+): boolean {
+  if (typeof units !== 'object' || units === null || Array.isArray(units))
+    throw invalid('units', 'an object of units used, by unit', units);
+  if (recountMarginMs !== undefined && (typeof recountMarginMs !== 'number' || !(recountMarginMs >= 0)))
+    throw invalid('recountMarginMs', 'a number >= 0, or undefined', recountMarginMs);
+  if (adjusted.has(reservation) || refundedTimed.has(reservation)) return false;
+  adjusted.add(reservation);
+  return true;
+}
+
+/**
+ * What a level of a reservation is charged (positive) or given back (negative) for `used` units
+ * instead of `cost`: 0 when `used` is missing, negative or not finite, or when nothing can be
+ * given back exactly (a recounted window). More is capped at what the level can ever admit.
+ */
+export function adjustment(
+  used: number | undefined,
+  cost: number,
+  capacity: number,
+  recountedWindow: boolean,
+): number {
+  if (typeof used !== 'number' || !Number.isFinite(used) || used < 0 || !Number.isFinite(cost)) return 0;
+  if (used > cost) return Math.min(used - cost, capacity);
+  return recountedWindow ? 0 : used - cost;
 }
 
 let nextId = 0;
@@ -381,6 +420,51 @@ export class MemoryStore implements Store {
       const state = p.states.get(name);
       if (state === undefined) continue;
       this.put(p, name, entry.core, recountState(entry.core, state, cost, startAt, marginMs, now), now);
+    }
+    this.dropIfEmpty(reservation.partition, p, now);
+  }
+
+  adjust(
+    reservation: StoreReservation,
+    units: Readonly<Record<string, number>>,
+    recountMarginMs?: number,
+  ): void {
+    this.adjustAt(reservation, units, recountMarginMs, this.clock.now());
+  }
+
+  adjustAt(
+    reservation: StoreReservation,
+    units: Readonly<Record<string, number>>,
+    recountMarginMs: number | undefined,
+    now: number,
+  ): void {
+    if (!claimAdjust(reservation, units, recountMarginMs)) return;
+    const p = this.partitionOf(reservation.partition);
+    const startAt = reservation.startAt;
+    const settle = (core: LimitCore, name: string, cost: number, mark: string | number) => {
+      if (!core.timed) return;
+      // As recount: only the window levels the call was charged on were moved.
+      const recounted = recountMarginMs !== undefined && cost !== 0 && countsWindow(core.algorithm);
+      const delta = adjustment(ownUnits(units, core.unit), cost, core.capacity, recounted);
+      if (delta === 0) return;
+      const at = recounted ? recountAtMs(core, startAt, recountMarginMs!, now) : startAt;
+      const state = p.states.get(name);
+      if (delta > 0) {
+        this.put(p, name, core, core.take(state ?? core.initial(now), delta, at), now);
+        return;
+      }
+      // GCRA: only the latest take is given back (see Store.refund).
+      if (state === undefined || (mark !== '' && String(state) !== String(mark))) return;
+      this.put(p, name, core, core.refund(state, -delta, at, now), now);
+    };
+    reservation.levels.forEach((level, i) => {
+      settle(coreOf(level), levelName(level), reservation.costs[i]!, reservation.marks[i]!);
+    });
+    const learned = p.learned.get(reservation.scope);
+    for (const { id, cost, mark } of reservation.learned) {
+      const entry = learned?.get(id);
+      if (entry !== undefined && entry.expiresAt > now)
+        settle(entry.core, `L:${reservation.scope}:${id}`, cost, mark);
     }
     this.dropIfEmpty(reservation.partition, p, now);
   }

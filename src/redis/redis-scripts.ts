@@ -1049,6 +1049,75 @@ return fmt(now)
 `;
 
 /**
+ * Settle a call's actual units (see `Store.adjust`): per level, take the units it used beyond its
+ * reservation, or give back those it did not use where that is exact (`refund`'s rules; never a
+ * recounted window). A level taken from is taken at startAt, a recounted window where the recount
+ * put it: `min(now, startAt + max(marginMs, intervalMs / 10))`, as `core/recount.ts` computes.
+ *
+ * KEYS: the levels' state keys (k, those with something to settle), then the scope's meta hash when
+ *   learned levels follow.
+ * ARGV: nowOverride, minTtlMs, startAt, marginMs ('' = not recounted), k, units used ('unit count
+ *   ...', URI-encoded units), then 7 values per level (algo, limit, intervalMs, burst, units to take
+ *   (> 0) or give back (< 0), mark, '1' when recounted), then (id, cost, mark) per learned level.
+ * Reply: now.
+ */
+export const ADJUST_LUA = `${LIMITS_LUA}
+local now = serverNow(ARGV[1])
+MIN_TTL = tonumber(ARGV[2])
+local startAt = tonumber(ARGV[3])
+local margin = tonumber(ARGV[4])
+local k = tonumber(ARGV[5])
+local function settle(L, delta, mark, recounted)
+  local at = startAt
+  if recounted then
+    -- core/recount.ts recountAtMs: max(startAt, min(now, startAt + max(marginMs, intervalMs / 10)))
+    local cap = L.I / 10
+    if margin > cap then cap = margin end
+    at = startAt + cap
+    if now < at then at = now end
+    if at < startAt then at = startAt end
+  end
+  if delta > 0 then
+    save(L, take(L, load(L, now), delta, at), now)
+  elseif delta < 0 then
+    refund(L, -delta, at, mark, '', now)
+  end
+end
+for i = 1, k do
+  local a = 6 + (i - 1) * 7
+  local burst, capacity = burstArg(ARGV[a + 4])
+  local L = level(ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), burst, 0, KEYS[i], capacity)
+  settle(L, tonumber(ARGV[a + 5]), ARGV[a + 6], ARGV[a + 7] == '1')
+end
+if #KEYS > k then
+  local used = {}
+  for u, c in string.gmatch(ARGV[6], '(%S+) (%S+)') do used[u] = tonumber(c) end
+  local tag, scope = string.match(KEYS[k + 1], '^(.*):m:([^:]*)$')
+  for b = 6 + k * 7, #ARGV - 1, 3 do
+    local lid, cost, mark = ARGV[b + 1], tonumber(ARGV[b + 2]), ARGV[b + 3]
+    local spec = redis.call('HGET', KEYS[k + 1], 'l:' .. lid)
+    if spec then
+      -- Learned limits are sliding logs (windows): recounted whenever the call was.
+      local L = learnedLevel(tag, scope, lid, spec, {})
+      local u = used[string.match(spec, '%S+ %S+ %S+ %S+ (.*)')]
+      local recounted = margin ~= nil and cost ~= 0
+      -- memory-store.ts adjustment(): more is capped at the capacity; less only when exact.
+      if u and u >= 0 and u < math.huge then
+        if u > cost then
+          local delta = u - cost
+          if delta > L.cap then delta = L.cap end
+          settle(L, delta, mark, recounted)
+        elseif u < cost and not recounted then
+          settle(L, u - cost, mark, false)
+        end
+      end
+    end
+  end
+end
+return fmt(now)
+`;
+
+/**
  * Pause a partition (or one scope of it) until `untilMs` (store time, ms), or for `durationMs` from
  * now; a pause only ever extends. Publishes `key untilMs now` on the channel so every process
  * holding reservations in the partition re-plans them at once.

@@ -3,11 +3,15 @@ import { emissionIntervalMs } from '../core/gcra.js';
 import type { LimitSpec } from '../core/limit.js';
 import { countsWindow } from '../core/recount.js';
 import { StoreUnavailableError } from '../errors.js';
+import { ownUnits } from '../gate/schedule-options.js';
 import { integer, invalid, nonEmptyString, onlyKnownKeys, plainObject } from '../validate.js';
 import {
+  adjustment,
   algorithmCodes,
+  claimAdjust,
   claimRecount,
   claimRefund,
+  coreOf,
   learnedId,
   learnedSpecText,
   levelCapacity,
@@ -16,6 +20,7 @@ import {
 import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
 import { DigestCache, digest, partitionTag, pauseChannel, scopePart } from './redis-keys.js';
 import {
+  ADJUST_LUA,
   CLAIM_PROBE_LUA,
   LEARN_LUA,
   PAUSE_LUA,
@@ -92,6 +97,7 @@ const scripts = {
   reserveBucket: loadedScript('reserve (one bucket call)', RESERVE_BUCKET_LUA),
   refund: loadedScript('refund', REFUND_LUA),
   recount: loadedScript('recount', RECOUNT_LUA),
+  adjust: loadedScript('adjust', ADJUST_LUA),
   pause: loadedScript('pause', PAUSE_LUA),
   readPause: loadedScript('readPause', READ_PAUSE_LUA),
   learn: loadedScript('learn', LEARN_LUA),
@@ -375,6 +381,23 @@ export class RedisStore implements Store {
 
   recountAt(reservation: StoreReservation, marginMs: number, now: number): Promise<void> {
     return this.recountWith(String(now), reservation, marginMs);
+  }
+
+  adjust(
+    reservation: StoreReservation,
+    units: Readonly<Record<string, number>>,
+    recountMarginMs?: number,
+  ): Promise<void> {
+    return this.adjustWith('', reservation, units, recountMarginMs);
+  }
+
+  adjustAt(
+    reservation: StoreReservation,
+    units: Readonly<Record<string, number>>,
+    recountMarginMs: number | undefined,
+    now: number,
+  ): Promise<void> {
+    return this.adjustWith(String(now), reservation, units, recountMarginMs);
   }
 
   pause(partition: string, untilMs: number, scope = ''): Promise<StorePause> {
@@ -897,6 +920,58 @@ export class RedisStore implements Store {
     if (keys.length === 0) return Promise.resolve();
     if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
     return this.runner.evalsha(scripts.recount, keys.length, [...keys, ...args]).then(() => undefined);
+  }
+
+  private adjustWith(
+    nowArg: string,
+    reservation: StoreReservation,
+    units: Readonly<Record<string, number>>,
+    recountMarginMs: number | undefined,
+  ): Promise<void> {
+    try {
+      if (!claimAdjust(reservation, units, recountMarginMs)) return Promise.resolve();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const { levels, costs, marks } = reservation;
+    const tag = this.tagOf(reservation.partition);
+    // Only the levels with something to settle; the learned ones are settled by the script (their
+    // units are in the scope's meta hash).
+    const keys: string[] = [];
+    const args: string[] = [
+      nowArg,
+      String(this.minTtlMs),
+      String(reservation.startAt),
+      recountMarginMs === undefined ? '' : String(recountMarginMs),
+      '',
+      '',
+    ];
+    for (let i = 0; i < levels.length; i++) {
+      const level = levels[i]!;
+      const spec = level.spec;
+      if (spec.algorithm === 'concurrency') continue;
+      const recounted = recountMarginMs !== undefined && costs[i] !== 0 && countsWindow(spec.algorithm);
+      const delta = adjustment(ownUnits(units, spec.unit), costs[i]!, coreOf(level).capacity, recounted);
+      if (delta === 0) continue;
+      const info = infoOf(level);
+      keys.push(`${tag}:s:${info.suffix}`);
+      args.push(...info.args, String(delta), String(marks[i] ?? ''), recounted ? '1' : '');
+    }
+    args[4] = String(keys.length);
+    let used = '';
+    for (const unit of Object.keys(units)) {
+      const count = units[unit];
+      if (typeof count === 'number' && Number.isFinite(count) && count >= 0)
+        used += `${encodeURIComponent(unit)} ${count} `;
+    }
+    args[5] = used;
+    if (reservation.learned.length > 0 && used !== '') {
+      keys.push(`${tag}:m:${this.scopeOf(reservation.scope)}`);
+      for (const entry of reservation.learned) args.push(entry.id, String(entry.cost), entry.mark);
+    }
+    if (keys.length === 0) return Promise.resolve();
+    if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
+    return this.runner.evalsha(scripts.adjust, keys.length, [...keys, ...args]).then(() => undefined);
   }
 
   private async pauseWith(

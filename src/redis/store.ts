@@ -177,6 +177,31 @@ export interface Store {
    */
   recount(reservation: StoreReservation, marginMs: number): MaybePromise<void>;
   recountAt(reservation: StoreReservation, marginMs: number, now: number): MaybePromise<void>;
+  /**
+   * The call of `reservation` ran and its response says how many units it used (the gate's
+   * `Inspection.actualCost`): each timed level counted in a unit of `units` (learned levels too) is
+   * charged the difference from what it reserved, as the in-memory gate settles a call. More is
+   * taken at once (capped at what the level can ever admit), at the reservation's start, or for a
+   * window level of a recounted reservation (`recountMarginMs` given, as passed to `recount`) where
+   * the recount put it: `min(now, startAt + max(recountMarginMs, intervalMs / 10))`. Less is given
+   * back only where that is exact: a bucket whose latest take is still this reservation's (see
+   * `refund`), a window or log not recounted; a recounted window keeps its estimate (never
+   * under-counted). A unit that is missing, negative or not finite changes nothing, and concurrency
+   * is untouched. Once per reservation; nothing once its timed levels were refunded. Optional: with a
+   * store that has none, the estimate stays counted.
+   */
+  adjust?(
+    reservation: StoreReservation,
+    units: Readonly<Record<string, number>>,
+    recountMarginMs?: number,
+  ): MaybePromise<void>;
+  /** `adjust` at an explicit store time `now` (tests and parity checks). */
+  adjustAt?(
+    reservation: StoreReservation,
+    units: Readonly<Record<string, number>>,
+    recountMarginMs: number | undefined,
+    now: number,
+  ): MaybePromise<void>;
   /** Nothing in `partition` (and `scope`) starts before `untilMs` (store time); pauses only extend. */
   pause(partition: string, untilMs: number, scope?: string): MaybePromise<StorePause>;
   /** Pause for `durationMs` from the store's now (no clock conversion needed). */

@@ -296,6 +296,144 @@ export function storeContract(
       await store.recountAt(held, 0, T0 + 1015);
     });
 
+    describe('adjust: the units a call actually used', () => {
+      // 10 tokens per second (T = 100 ms a token), all 10 at once.
+      const tokens = level('tok', { algorithm: 'token-bucket', limit: 10, intervalMs: 1000, unit: 'tokens' });
+      const windowed = level('win', {
+        algorithm: 'fixed-window',
+        limit: 10,
+        intervalMs: 1000,
+        unit: 'tokens',
+      });
+      const adjust = (
+        store: Store,
+        r: StoreReservation,
+        units: Record<string, number>,
+        margin: number | undefined,
+        now: number,
+      ) => Promise.resolve().then(() => store.adjustAt!(r, units, margin, now));
+
+      it('a bucket is charged what a call used beyond its estimate, from its start', async () => {
+        const store = await make();
+        const p = fresh();
+        const r = granted(await store.reserveAt(p, [tokens], [5], 10_000, T0));
+        await adjust(store, r, { tokens: 8 }, undefined, T0 + 10);
+        // 8 tokens taken at T0: 5 more fit at T0 + 300 (without the adjustment: at T0).
+        expect(granted(await store.reserveAt(p, [tokens], [5], 10_000, T0 + 20)).startAt).toBe(T0 + 300);
+      });
+
+      it('a bucket gets back what a call did not use while its take is the latest, not after', async () => {
+        const store = await make();
+        const p = fresh();
+        const r = granted(await store.reserveAt(p, [tokens], [8], 10_000, T0));
+        await adjust(store, r, { tokens: 2 }, undefined, T0 + 10);
+        // 2 tokens taken at T0: the whole bucket is full again at T0 + 200 (without: T0 + 800).
+        expect(granted(await store.reserveAt(p, [tokens], [10], 10_000, T0 + 20)).startAt).toBe(T0 + 200);
+        const q = fresh();
+        const older = granted(await store.reserveAt(q, [tokens], [8], 10_000, T0));
+        granted(await store.reserveAt(q, [tokens], [1], 10_000, T0));
+        await adjust(store, older, { tokens: 2 }, undefined, T0 + 10);
+        // A later take stands behind it: giving back would let calls into the chain.
+        expect(granted(await store.reserveAt(q, [tokens], [10], 10_000, T0 + 20)).startAt).toBe(T0 + 900);
+      });
+
+      it('a window is charged more in the window of the start, and gives back less unless recounted', async () => {
+        const store = await make();
+        const p = fresh();
+        const more = granted(await store.reserveAt(p, [windowed], [3], 0, T0));
+        const less = granted(await store.reserveAt(p, [windowed], [6], 0, T0));
+        await adjust(store, more, { tokens: 5 }, undefined, T0 + 10);
+        await adjust(store, less, { tokens: 2 }, undefined, T0 + 10);
+        // 5 + 2 used: 3 left in the window.
+        expect(await store.reserveAt(p, [windowed], [4], 0, T0 + 20)).toMatchObject({
+          ok: false,
+          reason: 'wait',
+        });
+        granted(await store.reserveAt(p, [windowed], [3], 0, T0 + 20));
+        // Recounted (moved to its response), a window keeps its estimate; more goes where the recount put it.
+        const q = fresh();
+        const kept = granted(await store.reserveAt(q, [windowed], [6], 0, T0 + 900));
+        const grown = granted(await store.reserveAt(q, [windowed], [2], 0, T0 + 900));
+        await store.recountAt(kept, 50, T0 + 1010);
+        await store.recountAt(grown, 50, T0 + 1010);
+        await adjust(store, kept, { tokens: 1 }, 50, T0 + 1020);
+        await adjust(store, grown, { tokens: 4 }, 50, T0 + 1020);
+        // Both now count from T0 + 1000 (a tenth of the window after their start): 6 + 4 there.
+        expect(await store.reserveAt(q, [windowed], [1], 0, T0 + 1030)).toMatchObject({
+          ok: false,
+          reason: 'wait',
+          retryAfterMs: 970,
+        });
+      });
+
+      it('missing, negative or non-finite units change nothing; bad arguments are named and claim nothing', async () => {
+        const store = await make();
+        const p = fresh();
+        const r = granted(await store.reserveAt(p, [tokens], [5], 10_000, T0));
+        for (const bad of [null, 'tokens', [5], undefined]) {
+          await expect(adjust(store, r, bad as never, undefined, T0 + 1)).rejects.toThrow(/units/);
+        }
+        for (const bad of [-1, Number.NaN, '50']) {
+          await expect(adjust(store, r, { tokens: 9 }, bad as never, T0 + 1)).rejects.toThrow(
+            /recountMarginMs/,
+          );
+        }
+        await adjust(store, r, { tokens: Number.NaN, requests: 4 }, undefined, T0 + 2);
+        const s = granted(await store.reserveAt(p, [tokens], [5], 10_000, T0));
+        await adjust(store, s, { tokens: -3 }, undefined, T0 + 3);
+        const u = granted(await store.reserveAt(p, [tokens], [1], 10_000, T0));
+        await adjust(store, u, { tokens: Number.POSITIVE_INFINITY }, undefined, T0 + 4);
+        // 5 + 5 + 1 as reserved (the 11th token at T0 + 100): the 12th at T0 + 200.
+        expect(granted(await store.reserveAt(p, [tokens], [1], 10_000, T0 + 5)).startAt).toBe(T0 + 200);
+      });
+
+      it('once per reservation, never after its timed levels were refunded, and never on concurrency', async () => {
+        const store = await make();
+        const p = fresh();
+        const cc = level('cc', { algorithm: 'concurrency', limit: 1 });
+        const r = granted(await store.reserveAt(p, [tokens, cc], [2, 1], 10_000, T0));
+        await store.refundAt(r, T0 + 1, 'untimed');
+        await adjust(store, r, { tokens: 4, requests: 5 }, undefined, T0 + 2);
+        await adjust(store, r, { tokens: 9 }, undefined, T0 + 3);
+        // Charged 4 in all; the concurrency permit given back stays given back.
+        const next = granted(await store.reserveAt(p, [tokens, cc], [7, 1], 10_000, T0 + 4));
+        expect(next.startAt).toBe(T0 + 100);
+        const refunded = granted(await store.reserveAt(p, [windowed], [2], 0, T0 + 5));
+        await store.refundAt(refunded, T0 + 6);
+        await adjust(store, refunded, { tokens: 10 }, undefined, T0 + 7);
+        granted(await store.reserveAt(p, [windowed], [10], 0, T0 + 8));
+      });
+
+      it('a level the call cost nothing on is charged what it used', async () => {
+        const store = await make();
+        const p = fresh();
+        const r = granted(await store.reserveAt(p, [tb, tokens], [1, 0], 10_000, T0));
+        await adjust(store, r, { tokens: 10 }, undefined, T0 + 1);
+        // It had no state: taken from now (a state is dropped once idle, which may be just now), so
+        // the whole bucket is used by T0 + 1 and the next token comes 100 ms later.
+        expect(granted(await store.reserveAt(p, [tokens], [1], 10_000, T0 + 2)).startAt).toBe(T0 + 101);
+      });
+
+      it('learned levels are charged and given back by their own unit', async () => {
+        const store = await make();
+        const p = fresh();
+        const t0 = Math.floor(Number(await store.time()));
+        const none = level('none', { algorithm: 'token-bucket', limit: 1000, intervalMs: 1000 });
+        await store.learn(p, { algorithm: 'sliding-log', limit: 10, intervalMs: 1000, unit: 'tokens' });
+        const more = granted(await store.reserveAt(p, [none], [1], 0, t0 + 10, { units: { tokens: 2 } }));
+        const less = granted(await store.reserveAt(p, [none], [1], 0, t0 + 10, { units: { tokens: 6 } }));
+        expect([more.learned[0]?.cost, less.learned[0]?.cost]).toEqual([2, 6]);
+        await adjust(store, more, { tokens: 5 }, undefined, t0 + 20);
+        await adjust(store, less, { tokens: 1 }, undefined, t0 + 20);
+        // 5 + 1 used: 4 left in the log's window.
+        expect(await store.reserveAt(p, [none], [1], 0, t0 + 30, { units: { tokens: 5 } })).toMatchObject({
+          ok: false,
+          reason: 'wait',
+        });
+        granted(await store.reserveAt(p, [none], [1], 0, t0 + 30, { units: { tokens: 4 } }));
+      });
+    });
+
     it('a concurrency limit refuses when full and reopens when a call releases its permit', async () => {
       const store = await make();
       const p = fresh();
