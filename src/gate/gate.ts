@@ -56,6 +56,7 @@ import {
 import { inspectOutcome } from './inspect-outcome.js';
 import { buildCores, type GateOptions, validateGateOptions } from './options.js';
 import {
+  actualUnits,
   checkCapacity,
   checkCost,
   checkInspect,
@@ -106,7 +107,9 @@ export interface Inspection {
   readonly retryable?: boolean;
   /**
    * Units actually used (e.g. tokens from the response's usage): the difference is refunded or
-   * charged. (In-memory gate only: a shared gate keeps the estimate counted in the store.)
+   * charged. A shared gate settles it in its store (`Store.adjust`): more is always charged, less
+   * is given back where that is exact (a bucket whose latest take is this call's, a window the call
+   * was not recounted in), so a shared limit never under-counts.
    */
   readonly actualCost?: Readonly<Record<string, number>>;
   /** Money actually charged (integer micros), e.g. from a price header; settles the budget. */
@@ -1820,7 +1823,8 @@ export class Gate {
     }
     const p = call.partition;
     const now = this.clock.now();
-    if (inspection.actualCost !== undefined) this.reconcile(call, inspection.actualCost, now);
+    const actual = actualUnits(inspection.actualCost);
+    if (actual !== undefined) this.reconcile(call, actual, now);
     const adapt = this.adapt;
     if (adapt === false) {
       this.finish(call, value, inspection);

@@ -104,6 +104,16 @@ export function unitCost(cost: ScheduleOptions['cost'], unit: string): number {
 }
 
 /** `record[unit]` when it is the record's own property, else undefined (whatever the unit's name). */
+/**
+ * An inspection's `actualCost` when it is a record of units (its counts are checked per limit), or
+ * undefined for anything else (null, a number, an array): garbage changes nothing.
+ */
+export function actualUnits(value: unknown): Readonly<Record<string, number>> | undefined {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as Readonly<Record<string, number>>)
+    : undefined;
+}
+
 export function ownUnits(record: Readonly<Record<string, number>>, unit: string): number | undefined {
   return Object.hasOwn(record, unit) ? record[unit] : undefined;
 }

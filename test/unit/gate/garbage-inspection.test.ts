@@ -2,7 +2,8 @@
  * An `inspect` hook is user code: whatever it answers, the call settles once and the gate closes.
  * Found by a fuzzing review (session 13): an answer of `null`, or a `method` that is not text,
  * threw inside the gate (null.status, method.toUpperCase), so the call never settled, its budget
- * stayed reserved, and a shared gate's close() never resolved.
+ * stayed reserved, and a shared gate's close() never resolved. Session 14: an `actualCost` of null
+ * did the same in the in-memory gate.
  */
 import { describe, expect, it } from 'vitest';
 import { MemoryLedger } from '../../../src/budget/memory-ledger.js';
@@ -36,6 +37,14 @@ const answers: [string, () => unknown][] = [
   ['a status that is NaN', () => ({ status: Number.NaN, headers: {} })],
   ['headers that are null', () => ({ status: 200, headers: null })],
   ['a promise of a number method', () => Promise.resolve({ status: 200, headers: {}, method: 7 })],
+  // Found in session 14: an actualCost of null threw in the in-memory gate's settlement.
+  ['an actualCost that is null', () => ({ status: 200, headers: {}, actualCost: null })],
+  ['an actualCost that is an array', () => ({ status: 200, headers: {}, actualCost: [3] })],
+  ['an actualCost that is a number', () => ({ status: 200, headers: {}, actualCost: 3 })],
+  [
+    'an actualCost of garbage counts',
+    () => ({ status: 200, headers: {}, actualCost: { requests: 'x', tokens: Number.NaN } }),
+  ],
 ];
 
 /** Settlement of `promise`, readable after a flush. */
@@ -66,13 +75,16 @@ describe.each([
       const budgets = { name: 'day', limit: '$1', period: 'day' as const };
       // A 429 or 503 with a garbage method is retried (or not) like any other: at most 3 attempts.
       const adapt = { maxRetries: 2 };
+      // A limit, so an actual cost has something to settle.
+      const limits = [{ algorithm: 'token-bucket', limit: 100, intervalMs: 1000 }] as const;
       const gate =
         kind === 'memory'
-          ? createGate({ clock, budget: { budgets, ledger }, adapt })
+          ? createGate({ clock, budget: { budgets, ledger }, adapt, limits: [...limits] })
           : createSharedGate({
               store: new MemoryStore({ clock }),
               clock,
               adapt,
+              limits: [...limits],
               budget: new AsyncBudgetGuard({ budgets, ledger: asyncLedger(ledger), clock }),
             });
       let runs = 0;
