@@ -34,6 +34,7 @@ import {
 } from '../gate/gate.js';
 import { inspectOutcome } from '../gate/inspect-outcome.js';
 import {
+  actualUnits,
   checkCapacity,
   checkCost,
   checkInspect,
@@ -1628,13 +1629,33 @@ export class SharedGate {
     const reservation = call.reservation;
     if (reservation === undefined) return;
     if (call.hasUntimed) this.refundUntimed(reservation);
-    // A call reserved before its key knew of learned limits is recounted in them all the same.
-    if (call.recounts || (this.o.arrivalMarginMs > 0 && reservation.learned.length > 0)) {
+    if (this.recounted(call, reservation)) {
       quietly(
         () => this.store.recount(reservation, this.o.arrivalMarginMs),
         (error) => this.storeFailed(error),
       );
     }
+  }
+
+  /**
+   * Whether a call that ran is recounted in its window levels from its response (see released). A
+   * call reserved before its key knew of learned limits is recounted in them all the same.
+   */
+  private recounted(call: SharedCall, reservation: StoreReservation): boolean {
+    return call.recounts || (this.o.arrivalMarginMs > 0 && reservation.learned.length > 0);
+  }
+
+  /** Settle what the call used (`Inspection.actualCost`) in the store, where it was reserved. */
+  private adjustUnits(call: SharedCall, actual: Readonly<Record<string, number>>): void {
+    const reservation = call.reservation;
+    const store = this.store;
+    if (reservation === undefined || typeof store.adjust !== 'function') return;
+    // Recounted at its release (see released): its window levels count from there.
+    const margin = this.recounted(call, reservation) ? this.o.arrivalMarginMs : undefined;
+    quietly(
+      () => store.adjust!(reservation, actual, margin),
+      (error) => this.storeFailed(error),
+    );
   }
 
   private completed(call: SharedCall, value: unknown): void {
@@ -1643,12 +1664,12 @@ export class SharedGate {
 
   private afterInspection(call: SharedCall, value: unknown, inspection: Inspection | undefined): void {
     const adapt = this.adapt;
-    if (
-      inspection === undefined ||
-      typeof inspection !== 'object' ||
-      typeof inspection.status !== 'number' ||
-      adapt === false
-    ) {
+    const read =
+      inspection !== undefined && typeof inspection === 'object' && typeof inspection.status === 'number';
+    // As the in-memory gate: what the response says the call used is settled first.
+    const actual = read ? actualUnits(inspection.actualCost) : undefined;
+    if (actual !== undefined) this.adjustUnits(call, actual);
+    if (!read || adapt === false) {
       if (call.info.prober === call) this.endProbe(call.info, true);
       this.settleBudget(call, inspection?.actualPriceMicros ?? call.priceMicros);
       this.settle(call, value, true);

@@ -1677,6 +1677,24 @@ describe.skipIf(skip !== false)('shared gate on Redis', () => {
     );
   });
 
+  it("two gates: a call's actual tokens are settled in Redis, so the other gate sees what it used", async () => {
+    // 10 tokens per 10 s, all at once: a token comes back every second.
+    const limits = [{ algorithm: 'token-bucket', limit: 10, intervalMs: 10_000, unit: 'tokens' }] as const;
+    const settleThenAsk = async (prefix: string, estimate: number, used: number, next: number) => {
+      const [a, b] = await twoGates({ keyPrefix: `${keyPrefix}-${prefix}`, limits: [...limits] });
+      const inspection: Inspection = { status: 200, headers: {}, actualCost: { tokens: used } };
+      await a.schedule(() => 'ran', { cost: { tokens: estimate }, inspect: () => inspection });
+      // The settlement goes out as the call settles, on a's connection: let it land first.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      return b.schedule(() => 'ran', { cost: { tokens: next }, maxQueueTimeMs: 0 });
+    };
+    // Used 10 of an estimated 2: nothing left for b now (it would have had 8).
+    await expect(settleThenAsk('more', 2, 10, 1)).rejects.toBeInstanceOf(QueueTimeoutError);
+    // Used 1 of an estimated 10: 8 fit for b now (it would have had none; the bucket keeps a token
+    // of its burst back for arrivalMarginMs).
+    await expect(settleThenAsk('less', 10, 1, 8)).resolves.toBe('ran');
+  });
+
   it('two gates: a slow key does not hold the other keys behind the gate-wide limit', async () => {
     const [a, b] = await twoGates({
       keyPrefix: `${keyPrefix}-own`,
