@@ -687,9 +687,14 @@ export class SharedGate {
     return info;
   }
 
-  /** Drop keys with nothing waiting (their state lives in the store). */
+  /**
+   * Drop keys with nothing waiting (their state lives in the store), but not one whose probe is out:
+   * its next call would probe a second time, before the first one's answer.
+   */
   private sweepInfos(): void {
-    for (const [key, info] of this.keyInfos) if (info.queued === 0) this.keyInfos.delete(key);
+    for (const [key, info] of this.keyInfos) {
+      if (info.queued === 0 && info.probe !== 1) this.keyInfos.delete(key);
+    }
   }
 
   private costsFor(cost: ScheduleOptions['cost'], levels: readonly StoreLevel[]): number[] {
