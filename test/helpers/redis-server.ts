@@ -130,14 +130,20 @@ export function comparable(d: StoreDecision): unknown {
 }
 
 /**
- * A private Redis Cluster of three primaries (no replicas, no persistence) on free loopback ports,
- * its configuration in a temporary directory: slots given with CLUSTER ADDSLOTSRANGE and the nodes
- * introduced with CLUSTER MEET (no redis-cli needed). `stop()` kills the servers and removes it.
+ * A private Redis Cluster of three primaries (no persistence), with one replica each when asked, on
+ * free loopback ports, its configuration in a temporary directory: slots given with CLUSTER
+ * ADDSLOTSRANGE, the nodes introduced with CLUSTER MEET and replicas attached with CLUSTER REPLICATE
+ * (no redis-cli needed). `stop()` kills the servers and removes it.
  */
 export class DedicatedCluster {
+  /** The primaries' ports, in slot order (a failover swaps a primary's and its replica's). */
   readonly ports: number[] = [];
+  /** Each primary's replica's port (with `replicas`), same order. */
+  readonly replicaPorts: number[] = [];
   private readonly procs: ChildProcess[] = [];
   private dir: string | undefined;
+
+  constructor(private readonly options: { readonly replicas?: boolean } = {}) {}
 
   /** A new ioredis Cluster client on it (the caller disconnects it). */
   client(): Cluster {
@@ -151,42 +157,47 @@ export class DedicatedCluster {
     return this.ports.map((port) => new Redis(port, '127.0.0.1'));
   }
 
+  private async spawnNode(): Promise<number> {
+    const port = await freePort();
+    const proc = spawn(
+      REDIS_SERVER_BIN,
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        `nodes-${port}.conf`,
+        '--dir',
+        this.dir!,
+      ],
+      { stdio: 'ignore' },
+    );
+    this.procs.push(proc);
+    return port;
+  }
+
   async start(): Promise<void> {
-    const dir = mkdtempSync(join(tmpdir(), 'tollgate-cluster-'));
-    this.dir = dir;
-    for (let i = 0; i < 3; i++) {
-      const port = await freePort();
-      this.ports.push(port);
-      const proc = spawn(
-        REDIS_SERVER_BIN,
-        [
-          '--port',
-          String(port),
-          '--bind',
-          '127.0.0.1',
-          '--save',
-          '',
-          '--appendonly',
-          'no',
-          '--cluster-enabled',
-          'yes',
-          '--cluster-config-file',
-          `nodes-${port}.conf`,
-          '--dir',
-          dir,
-        ],
-        { stdio: 'ignore' },
-      );
-      this.procs.push(proc);
-    }
+    this.dir = mkdtempSync(join(tmpdir(), 'tollgate-cluster-'));
+    for (let i = 0; i < 3; i++) this.ports.push(await this.spawnNode());
+    if (this.options.replicas) for (let i = 0; i < 3; i++) this.replicaPorts.push(await this.spawnNode());
     const deadline = Date.now() + 30_000;
-    for (const port of this.ports) {
-      while (!(await redisAnswers(`redis://127.0.0.1:${port}`))) {
-        if (Date.now() > deadline) throw new Error(`cluster node on ${port} did not answer`);
+    const wait = async (what: string, done: () => Promise<boolean>) => {
+      while (!(await done())) {
+        if (Date.now() > deadline) throw new Error(what);
         await new Promise((r) => setTimeout(r, 50));
       }
-    }
-    const nodes = this.nodes();
+    };
+    const all = [...this.ports, ...this.replicaPorts];
+    for (const port of all)
+      await wait(`cluster node on ${port} did not answer`, () => redisAnswers(`redis://127.0.0.1:${port}`));
+    const nodes = all.map((port) => new Redis(port, '127.0.0.1'));
     try {
       const ranges: [number, number][] = [
         [0, 5460],
@@ -197,23 +208,62 @@ export class DedicatedCluster {
         await nodes[i]!.call('CLUSTER', ['ADDSLOTSRANGE', ranges[i]![0], ranges[i]![1]]);
       // Every node meets every other (quicker to agree than waiting for gossip to spread).
       for (const node of nodes) {
-        for (const port of this.ports) await node.call('CLUSTER', ['MEET', '127.0.0.1', port]);
+        for (const port of all) await node.call('CLUSTER', ['MEET', '127.0.0.1', port]);
+      }
+      for (let i = 0; i < this.replicaPorts.length; i++) {
+        const primaryId = String(await nodes[i]!.call('CLUSTER', ['MYID']));
+        const replica = nodes[3 + i]!;
+        // Refused until the replica has heard of the primary through the meeting.
+        await wait('a replica did not attach to its primary', () =>
+          replica.call('CLUSTER', ['REPLICATE', primaryId]).then(
+            () => true,
+            () => false,
+          ),
+        );
+        await wait('a replica did not sync with its primary', async () =>
+          String(await replica.info('replication')).includes('master_link_status:up'),
+        );
       }
       for (const node of nodes) {
-        while (!String(await node.call('CLUSTER', ['INFO'])).includes('cluster_state:ok')) {
-          if (Date.now() > deadline) throw new Error('the cluster did not reach cluster_state:ok');
-          await new Promise((r) => setTimeout(r, 50));
-        }
-      }
-      // Every node knows every slot's owner (a client asking any node is routed right).
-      for (const node of nodes) {
-        while (((await node.call('CLUSTER', ['SLOTS'])) as unknown[]).length < 3) {
-          if (Date.now() > deadline) throw new Error('the cluster nodes did not learn every slot');
-          await new Promise((r) => setTimeout(r, 50));
-        }
+        await wait('the cluster did not reach cluster_state:ok', async () =>
+          String(await node.call('CLUSTER', ['INFO'])).includes('cluster_state:ok'),
+        );
+        // Every node knows every slot's owner (a client asking any node is routed right).
+        await wait(
+          'the cluster nodes did not learn every slot',
+          async () => ((await node.call('CLUSTER', ['SLOTS'])) as unknown[]).length >= 3,
+        );
       }
     } finally {
       for (const node of nodes) node.disconnect();
+    }
+  }
+
+  /**
+   * A manual failover of primary `i` (CLUSTER FAILOVER on its replica: the replica catches up with
+   * every write first, then takes the slots): resolves once every node routes them to it.
+   */
+  async failover(i: number): Promise<void> {
+    const replicaPort = this.replicaPorts[i]!;
+    const oldPort = this.ports[i]!;
+    const replica = new Redis(replicaPort, '127.0.0.1');
+    const others = [...this.ports, ...this.replicaPorts].map((port) => new Redis(port, '127.0.0.1'));
+    try {
+      await replica.call('CLUSTER', ['FAILOVER']);
+      const deadline = Date.now() + 30_000;
+      for (const node of others) {
+        for (;;) {
+          const slots = (await node.call('CLUSTER', ['SLOTS'])) as [number, number, [string, number]][];
+          if (slots.some(([, , [, port]]) => port === replicaPort)) break;
+          if (Date.now() > deadline) throw new Error(`the failover to ${replicaPort} did not spread`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      }
+      this.ports[i] = replicaPort;
+      this.replicaPorts[i] = oldPort;
+    } finally {
+      replica.disconnect();
+      for (const node of others) node.disconnect();
     }
   }
 
