@@ -103,7 +103,6 @@ export function unitCost(cost: ScheduleOptions['cost'], unit: string): number {
   return ownUnits(cost, unit) ?? (unit === 'requests' ? 1 : 0);
 }
 
-/** `record[unit]` when it is the record's own property, else undefined (whatever the unit's name). */
 /**
  * An inspection's `actualCost` when it is a record of units (its counts are checked per limit), or
  * undefined for anything else (null, a number, an array): garbage changes nothing.
@@ -114,6 +113,7 @@ export function actualUnits(value: unknown): Readonly<Record<string, number>> | 
     : undefined;
 }
 
+/** `record[unit]` when it is the record's own property, else undefined (whatever the unit's name). */
 export function ownUnits(record: Readonly<Record<string, number>>, unit: string): number | undefined {
   return Object.hasOwn(record, unit) ? record[unit] : undefined;
 }

@@ -4,7 +4,7 @@ import type { Algorithm, LimitCore, LimitSpec } from '../core/limit.js';
 import type { NormalizedLimitSpec, SpecFor } from '../core/normalize-limit-spec.js';
 import { countsWindow, recountAtMs, recountState } from '../core/recount.js';
 import { createTokenBucket } from '../core/token-bucket.js';
-import { ownUnits, unitCost } from '../gate/schedule-options.js';
+import { actualUnits, ownUnits, unitCost } from '../gate/schedule-options.js';
 import { integer, invalid, onlyKnownKeys, plainObject } from '../validate.js';
 import type {
   LearnOptions,
@@ -173,8 +173,7 @@ export function claimAdjust(
   units: unknown,
   recountMarginMs: unknown,
 ): boolean {
-  if (typeof units !== 'object' || units === null || Array.isArray(units))
-    throw invalid('units', 'an object of units used, by unit', units);
+  if (actualUnits(units) === undefined) throw invalid('units', 'an object of units used, by unit', units);
   if (recountMarginMs !== undefined && (typeof recountMarginMs !== 'number' || !(recountMarginMs >= 0)))
     throw invalid('recountMarginMs', 'a number >= 0, or undefined', recountMarginMs);
   if (adjusted.has(reservation) || refundedTimed.has(reservation)) return false;
