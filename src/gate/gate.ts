@@ -1931,8 +1931,8 @@ export class Gate {
         if (!core.timed) continue;
         const j = this.currentIndex(core, current);
         if (j < 0) continue;
-        const recounted =
-          margin > 0 && costs[i] !== 0 && countsWindow(core.algorithm) && released?.[i] === core;
+        // A level it cost nothing on was not moved, but what it used there would have been.
+        const recounted = margin > 0 && countsWindow(core.algorithm) && released?.[i] === core;
         const at = recounted ? recountAtMs(core, startedAt, margin, call.releasedAt) : startedAt;
         states[j] = adjust(current[j]!, states[j], costs[i]!, at);
       }

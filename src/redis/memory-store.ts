@@ -184,7 +184,8 @@ export function claimAdjust(
 /**
  * What a level of a reservation is charged (positive) or given back (negative) for `used` units
  * instead of `cost`: 0 when `used` is missing, negative or not finite, or when nothing can be
- * given back exactly (a recounted window). More is capped at what the level can ever admit.
+ * given back exactly (a window of a recounted call: the estimate moved). More is capped at what the
+ * level can ever admit.
  */
 export function adjustment(
   used: number | undefined,
@@ -343,7 +344,8 @@ export class MemoryStore implements Store {
         this.put(part, names[i]!, core, state, now);
       }
       if (i < levels.length) marks.push(mark);
-      else if (cost !== 0) learnedCharged.push({ id: learnedIds[i - levels.length]!, cost, mark });
+      // Every learned level in force, cost 0 too: what the call used there is settled by adjust.
+      else learnedCharged.push({ id: learnedIds[i - levels.length]!, cost, mark });
     }
     this.dropIfEmpty(partition, part, now);
     return {
@@ -438,12 +440,14 @@ export class MemoryStore implements Store {
     now: number,
   ): void {
     if (!claimAdjust(reservation, units, recountMarginMs)) return;
+    // Recounted first (unless it was): what it used beyond the estimate goes where the estimate goes.
+    if (recountMarginMs !== undefined) this.recountAt(reservation, recountMarginMs, now);
     const p = this.partitionOf(reservation.partition);
     const startAt = reservation.startAt;
     const settle = (core: LimitCore, name: string, cost: number, mark: string | number) => {
       if (!core.timed) return;
-      // As recount: only the window levels the call was charged on were moved.
-      const recounted = recountMarginMs !== undefined && cost !== 0 && countsWindow(core.algorithm);
+      // A window is charged where a recount puts the call, and keeps the estimate it moved there.
+      const recounted = recountMarginMs !== undefined && countsWindow(core.algorithm);
       const delta = adjustment(ownUnits(units, core.unit), cost, core.capacity, recounted);
       if (delta === 0) return;
       const at = recounted ? recountAtMs(core, startAt, recountMarginMs!, now) : startAt;
@@ -462,8 +466,8 @@ export class MemoryStore implements Store {
     const learned = p.learned.get(reservation.scope);
     for (const { id, cost, mark } of reservation.learned) {
       const entry = learned?.get(id);
-      if (entry !== undefined && entry.expiresAt > now)
-        settle(entry.core, `L:${reservation.scope}:${id}`, cost, mark);
+      // Past its expiry too, as refund and recount (its state outlives it; learned again, it counts).
+      if (entry !== undefined) settle(entry.core, `L:${reservation.scope}:${id}`, cost, mark);
     }
     this.dropIfEmpty(reservation.partition, p, now);
   }

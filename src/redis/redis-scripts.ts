@@ -649,7 +649,8 @@ for i = 1, #levels do
   end
   if i <= n then
     reply[#reply + 1] = mark
-  elseif L.cost ~= 0 then
+  else
+    -- Every learned level in force, cost 0 too: what the call used there is settled later (adjust).
     learnedReply[#learnedReply + 1] = learnedIds[i]
     learnedReply[#learnedReply + 1] = fmt(L.cost)
     learnedReply[#learnedReply + 1] = mark
@@ -1051,14 +1052,16 @@ return fmt(now)
 /**
  * Settle a call's actual units (see `Store.adjust`): per level, take the units it used beyond its
  * reservation, or give back those it did not use where that is exact (`refund`'s rules; never a
- * recounted window). A level taken from is taken at startAt, a recounted window where the recount
- * put it: `min(now, startAt + max(marginMs, intervalMs / 10))`, as `core/recount.ts` computes.
+ * window the call was recounted in). Taken at startAt; with marginMs, a window level is taken where
+ * a recount puts the call: `min(now, startAt + max(marginMs, intervalMs / 10))`, as
+ * `core/recount.ts` computes.
  *
  * KEYS: the levels' state keys (k, those with something to settle), then the scope's meta hash when
  *   learned levels follow.
- * ARGV: nowOverride, minTtlMs, startAt, marginMs ('' = not recounted), k, units used ('unit count
- *   ...', URI-encoded units), then 7 values per level (algo, limit, intervalMs, burst, units to take
- *   (> 0) or give back (< 0), mark, '1' when recounted), then (id, cost, mark) per learned level.
+ * ARGV: nowOverride, minTtlMs, startAt, marginMs ('' = none), k, units used ('unit count ...',
+ *   URI-encoded units), then 7 values per level (algo, limit, intervalMs, burst, units to take (> 0)
+ *   or give back (< 0), mark, '1' to take where a recount puts the call), then (id, cost, mark) per
+ *   learned level.
  * Reply: now.
  */
 export const ADJUST_LUA = `${LIMITS_LUA}
@@ -1097,11 +1100,12 @@ if #KEYS > k then
     local lid, cost, mark = ARGV[b + 1], tonumber(ARGV[b + 2]), ARGV[b + 3]
     local spec = redis.call('HGET', KEYS[k + 1], 'l:' .. lid)
     if spec then
-      -- Learned limits are sliding logs (windows): recounted whenever the call was.
       local L = learnedLevel(tag, scope, lid, spec, {})
       local u = used[string.match(spec, '%S+ %S+ %S+ %S+ (.*)')]
-      local recounted = margin ~= nil and cost ~= 0
-      -- memory-store.ts adjustment(): more is capped at the capacity; less only when exact.
+      -- memory-store.ts adjustment(): more is capped at the capacity, taken where a recount puts
+      -- the call on a window; less only where exact (not a window the call was recounted in).
+      local window = L.algo == 'fw' or L.algo == 'sw' or L.algo == 'sl'
+      local recounted = margin ~= nil and window
       if u and u >= 0 and u < math.huge then
         if u > cost then
           local delta = u - cost

@@ -871,7 +871,7 @@ export class RedisStore implements Store {
     const keys: (string | number)[] = [];
     for (let i = 0; i < n; i++) keys.push(`${tag}:s:${infoOf(levels[i]!).suffix}`);
     keys.push(`${tag}:m:${scopeId}`);
-    const learned = part === 'untimed' ? [] : reservation.learned;
+    const learned = part === 'untimed' ? [] : reservation.learned.filter((entry) => entry.cost !== 0);
     keys.push(
       nowArg,
       String(n),
@@ -950,7 +950,7 @@ export class RedisStore implements Store {
       const level = levels[i]!;
       const spec = level.spec;
       if (spec.algorithm === 'concurrency') continue;
-      const recounted = recountMarginMs !== undefined && costs[i] !== 0 && countsWindow(spec.algorithm);
+      const recounted = recountMarginMs !== undefined && countsWindow(spec.algorithm);
       const delta = adjustment(ownUnits(units, spec.unit), costs[i]!, coreOf(level).capacity, recounted);
       if (delta === 0) continue;
       const info = infoOf(level);
@@ -969,9 +969,17 @@ export class RedisStore implements Store {
       keys.push(`${tag}:m:${this.scopeOf(reservation.scope)}`);
       for (const entry of reservation.learned) args.push(entry.id, String(entry.cost), entry.mark);
     }
-    if (keys.length === 0) return Promise.resolve();
-    if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
-    return this.runner.evalsha(scripts.adjust, keys.length, [...keys, ...args]).then(() => undefined);
+    // Recounted first (unless it was): what it used beyond the estimate goes where the estimate
+    // goes (sent before the adjustment, on the same connection: run in that order).
+    const recounted =
+      recountMarginMs === undefined ? undefined : this.recountWith(nowArg, reservation, recountMarginMs);
+    const adjusted =
+      keys.length === 0
+        ? Promise.resolve()
+        : this.closed
+          ? Promise.reject(new StoreUnavailableError('Redis store is closed'))
+          : this.runner.evalsha(scripts.adjust, keys.length, [...keys, ...args]).then(() => undefined);
+    return recounted === undefined ? adjusted : Promise.all([recounted, adjusted]).then(() => undefined);
   }
 
   private async pauseWith(

@@ -1647,7 +1647,7 @@ export class SharedGate {
    * call reserved before its key knew of learned limits is recounted in them all the same.
    */
   private recounted(call: SharedCall, reservation: StoreReservation): boolean {
-    return call.recounts || (this.o.arrivalMarginMs > 0 && reservation.learned.length > 0);
+    return call.recounts || (this.o.arrivalMarginMs > 0 && reservation.learned.some((l) => l.cost !== 0));
   }
 
   /** Settle what the call used (`Inspection.actualCost`) in the store, where it was reserved. */
@@ -1655,8 +1655,9 @@ export class SharedGate {
     const reservation = call.reservation;
     const store = this.store;
     if (reservation === undefined || typeof store.adjust !== 'function') return;
-    // Recounted at its release (see released): its window levels count from there.
-    const margin = this.recounted(call, reservation) ? this.o.arrivalMarginMs : undefined;
+    // With an arrival margin its window levels count from where a recount puts it (see released):
+    // what it used beyond the estimate goes there too, even on a level it was not charged on.
+    const margin = this.o.arrivalMarginMs > 0 ? this.o.arrivalMarginMs : undefined;
     quietly(
       () => store.adjust!(reservation, actual, margin),
       (error) => this.storeFailed(error),

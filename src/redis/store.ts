@@ -79,7 +79,10 @@ export interface StoreReservation {
    * text; '' when there is nothing to check). Opaque.
    */
   readonly marks: readonly (string | number)[];
-  /** Learned levels this reservation charged: their id, cost and mark. */
+  /**
+   * Learned levels in force for this reservation: their id, cost and mark (cost 0 where the call
+   * has none of a level's unit; what it used there is settled by `adjust`).
+   */
   readonly learned: readonly { readonly id: string; readonly cost: number; readonly mark: string }[];
 }
 
@@ -179,16 +182,17 @@ export interface Store {
   recountAt(reservation: StoreReservation, marginMs: number, now: number): MaybePromise<void>;
   /**
    * The call of `reservation` ran and its response says how many units it used (the gate's
-   * `Inspection.actualCost`): each timed level counted in a unit of `units` (learned levels too) is
-   * charged the difference from what it reserved, as the in-memory gate settles a call. More is
-   * taken at once (capped at what the level can ever admit), at the reservation's start, or for a
-   * window level of a recounted reservation (`recountMarginMs` given, as passed to `recount`) where
-   * the recount put it: `min(now, startAt + max(recountMarginMs, intervalMs / 10))`. Less is given
-   * back only where that is exact: a bucket whose latest take is still this reservation's (see
-   * `refund`), a window or log not recounted; a recounted window keeps its estimate (never
-   * under-counted). A unit that is missing, negative or not finite changes nothing, and concurrency
-   * is untouched. Once per reservation; nothing once its timed levels were refunded. Optional: with a
-   * store that has none, the estimate stays counted.
+   * `Inspection.actualCost`): each timed level counted in a unit of `units` (learned levels too,
+   * those the call cost nothing on included) is charged the difference from what it reserved, as
+   * the in-memory gate settles a call. More is taken at once (capped at what the level can ever
+   * admit), at the reservation's start; with `recountMarginMs` (the call's windows are counted from
+   * its response, as `recount` does), a window level is taken where a recount puts the call:
+   * `min(now, startAt + max(recountMarginMs, intervalMs / 10))`, and a reservation not recounted yet
+   * is recounted first. Less is given back only where that is exact: a bucket whose latest take is
+   * still this reservation's (see `refund`), a window or log without `recountMarginMs` (with it, the
+   * estimate was moved and stays counted: never under-counted). A unit that is missing, negative or
+   * not finite changes nothing, and concurrency is untouched. Once per reservation; nothing once its
+   * timed levels were refunded. Optional: with a store that has none, the estimate stays counted.
    */
   adjust?(
     reservation: StoreReservation,

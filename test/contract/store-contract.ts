@@ -414,6 +414,65 @@ export function storeContract(
         expect(granted(await store.reserveAt(p, [tokens], [1], 10_000, T0 + 2)).startAt).toBe(T0 + 101);
       });
 
+      it('a learned level the call cost nothing on is charged what it used there (found by fuzzing)', async () => {
+        const store = await make();
+        const p = fresh();
+        const t0 = Math.floor(Number(await store.time()));
+        const none = level('none', { algorithm: 'token-bucket', limit: 1000, intervalMs: 1000 });
+        await store.learn(p, { algorithm: 'sliding-log', limit: 10, intervalMs: 60_000, unit: 'tokens' });
+        const r = granted(await store.reserveAt(p, [none], [1], 0, t0 + 10, { units: { requests: 1 } }));
+        // In force, at cost 0: settled like the others.
+        expect(r.learned.map((l) => l.cost)).toEqual([0]);
+        await adjust(store, r, { tokens: 10 }, undefined, t0 + 20);
+        expect(
+          await store.reserveAt(p, [none], [1], 0, t0 + 30, { units: { requests: 1, tokens: 1 } }),
+        ).toMatchObject({ ok: false, reason: 'wait' });
+      });
+
+      it('with a recount margin, a window is charged where the recount puts the call, on a level it cost nothing on too', async () => {
+        const store = await make();
+        const p = fresh();
+        const requests = level('req', { algorithm: 'fixed-window', limit: 100, intervalMs: 1000 });
+        const r = granted(await store.reserveAt(p, [requests, windowed], [1, 0], 0, T0 + 950));
+        await store.recountAt(r, 0, T0 + 1060);
+        await adjust(store, r, { tokens: 10 }, 0, T0 + 1060);
+        // Counted from T0 + 1000 (its start plus a tenth of the window), where the request is: the
+        // window from T0 + 1000 holds the 10 tokens.
+        expect(await store.reserveAt(p, [windowed], [1], 0, T0 + 1070)).toMatchObject({
+          ok: false,
+          reason: 'wait',
+          retryAfterMs: 930,
+        });
+      });
+
+      it('with a recount margin, a reservation not recounted yet is recounted first', async () => {
+        const store = await make();
+        const p = fresh();
+        const r = granted(await store.reserveAt(p, [windowed], [2], 0, T0 + 950));
+        // Its response is in by T0 + 990: the call counts there, all 10 tokens in the first window.
+        await adjust(store, r, { tokens: 10 }, 0, T0 + 990);
+        expect(await store.reserveAt(p, [windowed], [1], 0, T0 + 995)).toMatchObject({
+          ok: false,
+          reason: 'wait',
+        });
+        // A recount after changes nothing: the next window is empty.
+        await store.recountAt(r, 0, T0 + 1040);
+        granted(await store.reserveAt(p, [windowed], [10], 0, T0 + 1050));
+      });
+
+      it('learned levels are settled by their algorithm: a learned bucket gives back a recounted call', async () => {
+        const store = await make();
+        const p = fresh();
+        const t0 = Math.floor(Number(await store.time()));
+        const none = level('none', { algorithm: 'token-bucket', limit: 1000, intervalMs: 1000 });
+        await store.learn(p, { algorithm: 'token-bucket', limit: 1, intervalMs: 1000, burst: 1 });
+        const r = granted(await store.reserveAt(p, [none], [1], 0, t0 + 10));
+        await store.recountAt(r, 50, t0 + 15);
+        await adjust(store, r, { requests: 0 }, 50, t0 + 15);
+        // A bucket is not a window: its latest take is given back, recounted or not.
+        expect(granted(await store.reserveAt(p, [none], [1], 10_000, t0 + 20)).startAt).toBe(t0 + 20);
+      });
+
       it('learned levels are charged and given back by their own unit', async () => {
         const store = await make();
         const p = fresh();

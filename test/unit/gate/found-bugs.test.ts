@@ -472,6 +472,40 @@ describe('found bugs: unit names, settling actual costs, timer rounding', () => 
     expect(await scenario(950)).toBe(1001);
   });
 
+  // Found by fuzzing the store's adjust (session 14), and true of the in-memory gate as well: a window
+  // limit the call cost nothing on took its actual units at the call's start, while a call that
+  // had said them would have been recounted to its response, in the next window.
+  it('with arrivalMarginMs, units used on a window limit the call cost nothing on go where the recount put it', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({
+      clock,
+      adapt: false,
+      arrivalMarginMs: 50,
+      limits: [
+        { algorithm: 'fixed-window', limit: 100, intervalMs: 1000 },
+        { algorithm: 'fixed-window', limit: 100, intervalMs: 1000, unit: 'tokens' },
+      ],
+    });
+    clock.advanceTo(950);
+    const a = controlled();
+    const aDone = gate.schedule(a.fn, {
+      cost: { requests: 1 },
+      inspect: () => ({ status: 200, headers: {}, actualCost: { tokens: 100 } }),
+    });
+    await flush();
+    clock.advanceTo(1060);
+    a.finish();
+    await aDone;
+    await flush();
+    let bStartedAt: number | undefined;
+    gate.schedule(() => (bStartedAt = clock.now()), { cost: { requests: 1, tokens: 1 } }).catch(() => {});
+    await flush();
+    clock.runAll();
+    await flush();
+    // Recounted at min(1060, 950 + 100) = 1050, in [1000, 2000): the 100 tokens count there.
+    expect(bStartedAt).toBe(2000);
+  });
+
   // Cause (gate.ts, reconcile): costs computed under the limits a call started with were paired
   // with the limits in force when it finished; a limit added meanwhile had no cost, the adjustment
   // was take(state, NaN), and the NaN state admitted everything from then on.
