@@ -198,6 +198,11 @@ export function adjustment(
   return recountedWindow ? 0 : used - cost;
 }
 
+/** GCRA: `state` is still the TAT of the take that left `mark` ('' when there is nothing to check). */
+function takenLast(state: unknown, mark: string | number): boolean {
+  return mark === '' || String(state) === String(mark);
+}
+
 let nextId = 0;
 
 /**
@@ -377,17 +382,10 @@ export class MemoryStore implements Store {
       const state = p.states.get(name);
       if (state === undefined) return;
       // GCRA: only the latest take is refunded (see Store.refund).
-      if (mark !== '' && String(state) !== String(mark)) return;
+      if (!takenLast(state, mark)) return;
       this.put(p, name, core, core.refund(state, cost, at, now), now);
     };
-    reservation.levels.forEach((level, i) => {
-      give(coreOf(level), levelName(level), reservation.costs[i]!, reservation.marks[i]!);
-    });
-    const learned = p.learned.get(reservation.scope);
-    for (const { id, cost, mark } of reservation.learned) {
-      const entry = learned?.get(id);
-      if (entry !== undefined) give(entry.core, `L:${reservation.scope}:${id}`, cost, mark);
-    }
+    this.eachLevel(p, reservation, give);
     this.dropIfEmpty(reservation.partition, p, now);
   }
 
@@ -457,19 +455,31 @@ export class MemoryStore implements Store {
         return;
       }
       // GCRA: only the latest take is given back (see Store.refund).
-      if (state === undefined || (mark !== '' && String(state) !== String(mark))) return;
+      if (state === undefined || !takenLast(state, mark)) return;
       this.put(p, name, core, core.refund(state, -delta, at, now), now);
     };
+    this.eachLevel(p, reservation, settle);
+    this.dropIfEmpty(reservation.partition, p, now);
+  }
+
+  /**
+   * Each level of `reservation` with its core, state name, cost and mark: its given levels, then its
+   * learned ones still known (past their expiry too: their state outlives them, and counts again
+   * when they are learned again).
+   */
+  private eachLevel(
+    p: PartitionState,
+    reservation: StoreReservation,
+    visit: (core: LimitCore, name: string, cost: number, mark: string | number) => void,
+  ): void {
     reservation.levels.forEach((level, i) => {
-      settle(coreOf(level), levelName(level), reservation.costs[i]!, reservation.marks[i]!);
+      visit(coreOf(level), levelName(level), reservation.costs[i]!, reservation.marks[i]!);
     });
     const learned = p.learned.get(reservation.scope);
     for (const { id, cost, mark } of reservation.learned) {
       const entry = learned?.get(id);
-      // Past its expiry too, as refund and recount (its state outlives it; learned again, it counts).
-      if (entry !== undefined) settle(entry.core, `L:${reservation.scope}:${id}`, cost, mark);
+      if (entry !== undefined) visit(entry.core, `L:${reservation.scope}:${id}`, cost, mark);
     }
-    this.dropIfEmpty(reservation.partition, p, now);
   }
 
   pause(partition: string, untilMs: number, scope = ''): StorePause {
