@@ -1816,7 +1816,8 @@ export class Gate {
   }
 
   private afterInspection(call: Call, value: unknown, inspection: Inspection | undefined): void {
-    if (inspection === undefined || typeof inspection !== 'object' || typeof inspection.status !== 'number') {
+    // inspectOutcome answers an object or undefined: only its status is left to check.
+    if (inspection === undefined || typeof inspection.status !== 'number') {
       this.endProbe(call.partition);
       this.finish(call, value, undefined);
       return;

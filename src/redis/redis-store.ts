@@ -971,15 +971,14 @@ export class RedisStore implements Store {
     }
     // Recounted first (unless it was): what it used beyond the estimate goes where the estimate
     // goes (sent before the adjustment, on the same connection: run in that order).
-    const recounted =
-      recountMarginMs === undefined ? undefined : this.recountWith(nowArg, reservation, recountMarginMs);
-    const adjusted =
-      keys.length === 0
+    const recount =
+      recountMarginMs === undefined
         ? Promise.resolve()
-        : this.closed
-          ? Promise.reject(new StoreUnavailableError('Redis store is closed'))
-          : this.runner.evalsha(scripts.adjust, keys.length, [...keys, ...args]).then(() => undefined);
-    return recounted === undefined ? adjusted : Promise.all([recounted, adjusted]).then(() => undefined);
+        : this.recountWith(nowArg, reservation, recountMarginMs);
+    if (keys.length === 0) return recount;
+    if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
+    const adjusted = this.runner.evalsha(scripts.adjust, keys.length, [...keys, ...args]);
+    return Promise.all([recount, adjusted]).then(() => undefined);
   }
 
   private async pauseWith(

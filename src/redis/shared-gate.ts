@@ -1670,8 +1670,8 @@ export class SharedGate {
 
   private afterInspection(call: SharedCall, value: unknown, inspection: Inspection | undefined): void {
     const adapt = this.adapt;
-    const read =
-      inspection !== undefined && typeof inspection === 'object' && typeof inspection.status === 'number';
+    // inspectOutcome answers an object or undefined: only its status is left to check.
+    const read = inspection !== undefined && typeof inspection.status === 'number';
     // As the in-memory gate: what the response says the call used is settled first.
     const actual = read ? actualUnits(inspection.actualCost) : undefined;
     if (actual !== undefined) this.adjustUnits(call, actual);
