@@ -157,13 +157,18 @@ describe.skipIf(skip !== false)('shared gate on a cluster', () => {
     gates.push(g);
     return g;
   };
+  /** Two gates on their own cluster connections (two processes), both connected. */
+  const twoGates = async (options: Omit<Parameters<typeof createSharedGate>[0], 'redis'>) => {
+    const a = gate({ redis: client(), ...options });
+    const b = gate({ redis: client(), ...options });
+    await Promise.all([a.store.time(), b.store.time()]);
+    return [a, b] as const;
+  };
 
   it('two gates: keys spread over the primaries each keep their own pace together', async () => {
     const keyPrefix = `${prefix}-gate-${Date.now()}`;
     const perKey = [{ algorithm: 'leaky-bucket', limit: 50, intervalMs: 1000 }] as const;
-    const a = gate({ redis: client(), keyPrefix, perKey: [...perKey] });
-    const b = gate({ redis: client(), keyPrefix, perKey: [...perKey] });
-    await Promise.all([a.store.time(), b.store.time()]);
+    const [a, b] = await twoGates({ keyPrefix, perKey: [...perKey] });
     const keys = Array.from({ length: 12 }, (_, i) => `key-${i}`);
     const starts = new Map<string, number[]>(keys.map((k) => [k, []]));
     const t0 = performance.now();
@@ -191,9 +196,7 @@ describe.skipIf(skip !== false)('shared gate on a cluster', () => {
   it('a gate-wide limit holds across two gates (its keys share one slot)', async () => {
     const keyPrefix = `${prefix}-wide-${Date.now()}`;
     const limits = [{ algorithm: 'leaky-bucket', limit: 100, intervalMs: 1000 }] as const;
-    const a = gate({ redis: client(), keyPrefix, limits: [...limits] });
-    const b = gate({ redis: client(), keyPrefix, limits: [...limits] });
-    await Promise.all([a.store.time(), b.store.time()]);
+    const [a, b] = await twoGates({ keyPrefix, limits: [...limits] });
     const starts: number[] = [];
     await Promise.all(
       Array.from({ length: 30 }, (_, i) =>
