@@ -17,10 +17,10 @@
 
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, statSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
 import { InvalidOptionError, StoreUnavailableError, TollgateError } from '../errors.js';
+import { requireOptional } from '../optional-dependency.js';
 import { integer, invalid, oneOf, plainObject } from '../validate.js';
 import { fits, type LogEntry, rollingResetAt, rollingRetryAt } from './budget.js';
 import { LedgerCorruptError } from './errors.js';
@@ -72,12 +72,10 @@ export function defaultLedgerPath(cwd: string = process.cwd()): string {
 
 type DatabaseConstructor = typeof BetterSqlite3;
 
-// better-sqlite3 is optional: load it only when a file ledger is created. `require` exists in the
-// CommonJS build; the ESM build makes one.
+// better-sqlite3 is optional: load it only when a file ledger is created.
 function loadSqlite(): DatabaseConstructor {
   try {
-    const req = typeof require === 'function' ? require : createRequire(import.meta.url);
-    return req('better-sqlite3') as DatabaseConstructor;
+    return requireOptional('better-sqlite3') as DatabaseConstructor;
   } catch (error) {
     throw new InvalidOptionError(
       'ledger',

@@ -3,21 +3,19 @@
  * reload on NOSCRIPT, and a command timeout watched by a single timer.
  */
 import { createHash } from 'node:crypto';
-import { createRequire } from 'node:module';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { InvalidOptionError, StoreUnavailableError } from '../errors.js';
+import { requireOptional } from '../optional-dependency.js';
 
 /** What tollgate needs of a client: `ioredis`'s `Redis` or `Cluster`. */
 export type RedisClient = Redis | Cluster;
 
 type RedisConstructor = new (url: string, options?: RedisOptions) => Redis;
 
-// ioredis is optional: load it only when a store is created from a URL. `require` exists in the
-// CommonJS build; the ESM build makes one.
+// ioredis is optional: load it only when a store is created from a URL.
 function loadIoredis(): RedisConstructor {
   try {
-    const req = typeof require === 'function' ? require : createRequire(import.meta.url);
-    const mod = req('ioredis') as { Redis?: RedisConstructor; default?: RedisConstructor };
+    const mod = requireOptional('ioredis') as { Redis?: RedisConstructor; default?: RedisConstructor };
     return (mod.Redis ?? mod.default ?? mod) as RedisConstructor;
   } catch (error) {
     throw new InvalidOptionError(
