@@ -5,7 +5,7 @@
  * tests and the demo ran the sources, never the build. Also what `npm pack` would ship.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -94,4 +94,42 @@ describe('the built package', () => {
     expect(stdout).toContain('day');
     expect(stdout).toContain('0.25');
   }, 60_000);
+
+  it('npm pack ships the build, the README and the LICENSE, and nothing else', async () => {
+    // The package's own files next to this build, as \`npm pack\` would see them after \`prepack\`.
+    const pkg = join(scratch, 'pack');
+    for (const file of ['package.json', 'README.md', 'LICENSE']) cpSync(join(root, file), join(pkg, file));
+    cpSync(out, join(pkg, 'dist'), { recursive: true });
+    const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], {
+      cwd: pkg,
+      timeout: 60_000,
+    });
+    const [packed] = JSON.parse(stdout) as [{ files: { path: string }[]; unpackedSize: number }];
+    const paths = packed.files.map((f) => f.path);
+    expect(paths).toEqual(
+      expect.arrayContaining([
+        'LICENSE',
+        'README.md',
+        'package.json',
+        'dist/index.js',
+        'dist/index.cjs',
+        'dist/index.d.ts',
+        'dist/redis.js',
+        'dist/cli.js',
+      ]),
+    );
+    expect(
+      paths.filter((p) => !p.startsWith('dist/') && !['LICENSE', 'README.md', 'package.json'].includes(p)),
+    ).toEqual([]);
+    expect(paths.filter((p) => p.endsWith('.map'))).toEqual([]);
+    expect(packed.unpackedSize).toBeLessThan(3_000_000);
+  }, 60_000);
+
+  it('package.json builds before packing (a package packed or installed from git is not empty)', async () => {
+    const { readFileSync } = await import('node:fs');
+    const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+      scripts: Record<string, string>;
+    };
+    expect(manifest.scripts['prepack']).toBe('npm run build');
+  });
 });
