@@ -243,6 +243,8 @@ interface SharedCall extends HeapEntry {
   onReleased: (() => void) | undefined;
   /** Its index in `runningViaStore`, -1 when not there. */
   runningIndex: number;
+  /** It asked the store again at its deadline (once: see `fire`). */
+  askedAtDeadline: boolean;
 }
 
 let seq = 0;
@@ -267,10 +269,13 @@ function settleValue<T>(
   onValue(value);
 }
 
-/**
- * The store level of a core: its spec, and its capacity when that exceeds the spec's burst (a token
- * bucket kept on the safe side by `arrivalMarginMs`, whose spec carries the smaller burst).
- */
+/** The reservation holds concurrency permits. */
+function holdsPermits(reservation: StoreReservation): boolean {
+  return reservation.levels.some(
+    (level, i) => level.spec.algorithm === 'concurrency' && reservation.costs[i] !== 0,
+  );
+}
+
 /** A call of the key waits for a slot the store named, or for a turn. */
 function keyHeld(info: KeyInfo): boolean {
   return info.head !== undefined || info.behindHead < info.behind.length;
@@ -285,6 +290,10 @@ function ownWaits(info: KeyInfo, costs: readonly number[]): boolean {
   return shared && info.buckets.some((i) => i >= ownFrom && costs[i] !== 0);
 }
 
+/**
+ * The store level of a core: its spec, and its capacity when that exceeds the spec's burst (a token
+ * bucket kept on the safe side by `arrivalMarginMs`, whose spec carries the smaller burst).
+ */
 function levelOf(id: string, core: LimitCore): StoreLevel {
   const spec = core.spec;
   return spec.algorithm === 'token-bucket' && core.capacity !== spec.burst
@@ -518,6 +527,7 @@ export class SharedGate {
         onAbort: undefined,
         onReleased: undefined,
         runningIndex: -1,
+        askedAtDeadline: false,
         resolve,
         reject,
         budget: undefined,
@@ -1229,6 +1239,12 @@ export class SharedGate {
       return false;
     }
     if (call === info.prober && info.probeClaimed) return false;
+    if (call === info.prober && call.askedAtDeadline) {
+      // Its one ask at its deadline (see `fire`) cannot take two round trips more (a claim, then
+      // a reservation): it is refused, as it would have been without that ask.
+      this.refuse(call, deadlineError(call, Infinity, false));
+      return true;
+    }
     call.state = 'retrying';
     if (call === info.prober) {
       // Waits for the store's probe, at most until the probe's end: the claim's round trip is no
@@ -1489,11 +1505,27 @@ export class SharedGate {
           this.refuse(head, deadlineError(head, now, false));
         else this.startOrReserveAgain(head, head.at, now);
       } else if (head.state === 'retrying') {
-        if (now >= head.deadline) this.refuse(head, deadlineError(head, Infinity, false));
-        else this.submit(this.prioritized ? this.bestFor(head) : head);
+        if (now >= head.deadline && !this.mayAskAtDeadline(head, now))
+          this.refuse(head, deadlineError(head, Infinity, false));
+        else {
+          const asker = this.prioritized ? this.bestFor(head) : head;
+          if (now >= asker.deadline) asker.askedAtDeadline = true;
+          this.submit(asker);
+        }
       }
     }
     this.arm();
+  }
+
+  /**
+   * A call due to ask the store again at its deadline (a concurrency retry, a pause's end, a
+   * Retry-After) asks once more then, as the in-memory gate starts a call whose slot comes at its
+   * deadline; the timer's own lateness is tolerated as for a reserved start (`lateToleranceMs`).
+   * Once only: a call that the answer sends back to wait at its deadline (for its key's probe, say)
+   * is refused the next time.
+   */
+  private mayAskAtDeadline(call: SharedCall, now: number): boolean {
+    return !call.askedAtDeadline && call.at >= call.deadline && now <= call.deadline + this.o.lateToleranceMs;
   }
 
   /**
@@ -2141,6 +2173,9 @@ export class SharedGate {
   /** Reject a call that has not started: free its place, its reservation and its budget. */
   private refuse(call: SharedCall, error: Error & { code?: string }): void {
     if (call.state === 'running' || call.state === 'done') return;
+    // Done from here: passing its turn can start the next call of its key, whose fn may abort this
+    // one, which must not be refused (and dequeued) a second time.
+    call.state = 'done';
     this.passTurn(call, false);
     if (call.info.prober === call) this.endProbe(call.info, false);
     if (call.heapIndex >= 0) {
@@ -2151,7 +2186,6 @@ export class SharedGate {
     call.reservation = undefined;
     this.dequeued(call);
     this.releaseBudget(call);
-    call.state = 'done';
     call.reject(error);
     this.refusedEvents.emit({ key: call.info.key, error: toTollgate(error) });
     this.maybeClosed();
@@ -2167,7 +2201,12 @@ export class SharedGate {
   private giveBack(reservation: StoreReservation): void {
     quietly(
       () => this.store.refund(reservation),
-      (error) => this.storeFailed(error),
+      (error) => {
+        // Its permits would stay taken (for every process, until their lease ends): given back
+        // when the store answers again (`catchUpStore`). Its slots stay counted, the safe side.
+        if (holdsPermits(reservation)) this.unrefunded.push(reservation);
+        this.storeFailed(error);
+      },
     );
   }
 

@@ -1,0 +1,105 @@
+/**
+ * Shared-gate bugs found by the session-15 fuzzing review, each pinned by the scenario that showed
+ * it (both failed on the code before their fix). Memory store, manual clock.
+ */
+import { expect, it } from 'vitest';
+import { StoreUnavailableError } from '../../../src/errors.js';
+import { MemoryStore } from '../../../src/redis/memory-store.js';
+import { createSharedGate } from '../../../src/redis/shared-gate.js';
+import { ManualClock } from '../../helpers/manual-clock.js';
+
+const T0 = 1_000_000;
+const flush = async () => {
+  for (let i = 0; i < 5; i++) await new Promise<void>((resolve) => setImmediate(resolve));
+};
+
+it('a call refused while its turn passes, and aborted by the call its turn starts, settles once and close() resolves', async () => {
+  const clock = new ManualClock(T0);
+  const gate = createSharedGate({
+    store: new MemoryStore({ clock }),
+    clock,
+    perKey: [{ algorithm: 'concurrency', limit: 1 }],
+    concurrencyRetryMs: 20,
+  });
+  let releaseA!: () => void;
+  // A priority: the gate's calls of key k take turns.
+  const a = gate.schedule(() => new Promise<void>((resolve) => (releaseA = resolve)), {
+    key: 'k',
+    priority: 1,
+  });
+  await flush();
+  const abortB = new AbortController();
+  // b waits for the permit (asks again at 20); c waits behind it for a turn, and aborts b when it runs.
+  const b = gate.schedule(() => 'b', { key: 'k', maxQueueTimeMs: 30, signal: abortB.signal });
+  const c = gate.schedule(() => abortB.abort(), { key: 'k' });
+  const bSettled = b.catch((error: unknown) => error);
+  await flush();
+  releaseA();
+  await a;
+  // b's timer (due at 20) fires at 35, past its deadline: refused, its turn passes to c, which
+  // starts at once (synchronous store) and aborts b while b is being refused.
+  clock.stallUntil(T0 + 35);
+  await flush();
+  await c;
+  expect(await bSettled).toBeInstanceOf(Error);
+  expect(gate.stats().queued).toBe(0);
+  let closed = false;
+  void gate.close().then(() => {
+    closed = true;
+  });
+  await flush();
+  expect(closed).toBe(true);
+});
+
+it('a call refused while the store is down gets its concurrency permit back in the store when it answers again', async () => {
+  const clock = new ManualClock(T0);
+  const memory = new MemoryStore({ clock });
+  let down = false;
+  const store = Object.create(memory) as MemoryStore;
+  for (const method of ['reserve', 'refund', 'time', 'pauseFor', 'recount'] as const) {
+    const real = memory[method].bind(memory) as (...args: unknown[]) => unknown;
+    (store as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+      if (down) throw new StoreUnavailableError('down');
+      return real(...args);
+    };
+  }
+  const gate = createSharedGate({
+    store,
+    clock,
+    recoveryProbeMs: 5,
+    limits: [
+      { algorithm: 'concurrency', limit: 1 },
+      { algorithm: 'leaky-bucket', limit: 1, intervalMs: 1000 },
+    ],
+  });
+  await gate.schedule(() => 'x');
+  // y is reserved for 1000 and holds the one permit meanwhile.
+  const abortY = new AbortController();
+  const y = gate.schedule(() => 'y', { signal: abortY.signal }).catch((error: unknown) => error);
+  await flush();
+  clock.advance(10);
+  down = true;
+  // Its refund fails: the store is down.
+  abortY.abort();
+  await y;
+  clock.advance(10);
+  down = false;
+  // The recovery probe finds the store up again.
+  clock.advance(10);
+  await flush();
+  clock.advanceTo(T0 + 2000);
+  let ran = false;
+  const z = gate.schedule(
+    () => {
+      ran = true;
+    },
+    { maxQueueTimeMs: 1000 },
+  );
+  for (let i = 0; i < 60 && !ran; i++) {
+    clock.advance(20);
+    await flush();
+  }
+  await z;
+  expect(ran).toBe(true);
+  await gate.close();
+});
