@@ -113,10 +113,12 @@ export interface RunReport {
   /** Time during which some partition was paused (ms, overlapping pauses counted once). */
   readonly pausedMs: number;
   /**
-   * Requests to do that got no result (stopped by Ctrl-C, a budget, or --strict, or aborted in
-   * flight). Without a total (stdin, a pipe), only those read count: the rest is unknown.
+   * Requests to do that were never sent (stopped by Ctrl-C, a budget, or --strict). Without a total
+   * (stdin, a pipe), only those read count: the rest is unknown.
    */
   readonly notSent: number;
+  /** Requests sent whose attempt a second Ctrl-C cut off: no result, so a re-run sends them again. */
+  readonly aborted: number;
   readonly budgetStop: BudgetExceededError | undefined;
   readonly interrupted: boolean;
   readonly killed: boolean;
@@ -127,7 +129,7 @@ export interface RunReport {
   /** --redis only: requests sent through the local fallback while Redis was not answering. */
   readonly sharedStore: SharedStoreReport | undefined;
   readonly wallMs: number;
-  /** From the first request's start to the last result (ms). */
+  /** From the first request's start to the last result (ms); 0 without a result. */
   readonly activeMs: number;
   /** Least first-to-last-start span the configured limits allow for the requests sent; undefined without a rate limit. */
   readonly minimumMs: number | undefined;
@@ -318,6 +320,7 @@ export async function runBatch(
   let pausedMs = 0;
   let pausedUntil = 0;
   let notSent = 0;
+  let aborted = 0;
   let budgetStop: BudgetExceededError | undefined;
   let strictStop: string | undefined;
   let readerStopped = false;
@@ -325,7 +328,7 @@ export async function runBatch(
   // A body file that could not be written: the run stops (exit 1) once the requests in flight end.
   let diskFailure: { error: unknown; results: number } | undefined;
   let firstStart: number | undefined;
-  let lastDone = 0;
+  let lastDone: number | undefined;
 
   const disposePause = gate.onPause((event) => {
     pauses++;
@@ -474,7 +477,8 @@ export async function runBatch(
       }
       if (error instanceof AbortedError || (kill.signal.aborted && errorCode(error) !== 'ETIMEDOUT')) {
         // Not sent, or cut off by a second Ctrl-C: no result, so a re-run sends it.
-        notSent++;
+        if (attempts > 0) aborted++;
+        else notSent++;
         return;
       }
       const at = gate.now();
@@ -616,7 +620,8 @@ export async function runBatch(
     pauses,
     pausedMs,
     // A count of what was dropped would miss the lines never read after a stop.
-    notSent: total === undefined ? notSent : Math.max(0, total - finished),
+    notSent: total === undefined ? notSent : Math.max(0, total - finished - aborted),
+    aborted,
     budgetStop,
     interrupted,
     killed: signals.kill?.aborted ?? false,
@@ -625,7 +630,7 @@ export async function runBatch(
     ledger: run.ledgerLabel,
     sharedStore,
     wallMs: performance.now() - began,
-    activeMs: firstStart === undefined ? 0 : lastDone - firstStart,
+    activeMs: firstStart === undefined || lastDone === undefined ? 0 : lastDone - firstStart,
     minimumMs: ideal.bounded ? ideal.minimumMs : undefined,
     exitCode,
   };

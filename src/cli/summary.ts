@@ -33,6 +33,7 @@ export function formatSummary(report: RunReport): string {
     const earlier = report.earlierFailures > 0 ? `; ${report.earlierFailures} of them failed earlier` : '';
     req.unshift(`${report.skipped} already done (skipped${earlier})`);
   }
+  if (report.aborted > 0) req.push(`${report.aborted} aborted in flight (no result)`);
   if (report.notSent > 0) req.push(`${report.notSent} not sent`);
   if (report.malformed > 0) req.push(`${plural(report.malformed, 'malformed line')} skipped`);
   lines.push(`  requests   ${req.join(' · ')}`);
@@ -79,7 +80,8 @@ export function formatSummary(report: RunReport): string {
   }
 
   let time = `  wall time  ${formatMs(report.wallMs)}`;
-  if (report.sent > 0) time += ` (first start to last result ${formatMs(report.activeMs)})`;
+  if (report.finished > 0 && report.sent > 0)
+    time += ` (first start to last result ${formatMs(report.activeMs)})`;
   if (report.minimumMs !== undefined && report.sent > 1) {
     time += `; your limits allow no less than ${formatMs(report.minimumMs)}`;
     if ((report.sharedStore?.fallbackCalls ?? 0) > 0) {
