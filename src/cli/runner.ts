@@ -412,6 +412,46 @@ export async function runBatch(
     ...urlSecrets(request.url),
   ];
 
+  // Requests of this run inside `send` (each holds its price reserved until it settles), and the
+  // requests waiting for one of them to end (see sendWithinBudget).
+  let inSend = 0;
+  let sendEnded: (() => void)[] = [];
+  const wakeBudgetWaiters = () => {
+    const waiting = sendEnded;
+    sendEnded = [];
+    for (const wake of waiting) wake();
+  };
+  // A stop wakes them too: they are not sent.
+  halt.signal.addEventListener('abort', wakeBudgetWaiters, { once: true });
+
+  /**
+   * `send`, except that a budget refusal caused by what this run's other requests hold reserved
+   * (spent + this price fits the limit; the reservations will settle, often below their
+   * estimates) waits for one of them to end and asks again. A refusal with none of them left is
+   * final: the budget is spent, or held by other processes.
+   */
+  const sendWithinBudget = async (...args: Parameters<typeof send>): ReturnType<typeof send> => {
+    for (;;) {
+      inSend++;
+      let refused: BudgetExceededError | undefined;
+      try {
+        return await send(...args);
+      } catch (error) {
+        if (!(error instanceof BudgetExceededError)) throw error;
+        refused = error;
+      } finally {
+        inSend--;
+        // Only a request that held a reservation frees some; waking the others on a refusal would
+        // have refused requests wake each other forever.
+        if (refused === undefined) wakeBudgetWaiters();
+      }
+      const heldByThisRun = refused.spentMicros + refused.estimateMicros <= refused.limitMicros && inSend > 0;
+      if (!heldByThisRun || halt.signal.aborted) throw refused;
+      await new Promise<void>((resolve) => sendEnded.push(resolve));
+      if (halt.signal.aborted) throw new AbortedError(halt.signal.reason);
+    }
+  };
+
   const processOne = async (request: RequestSpec): Promise<void> => {
     const key = request.key ?? request.url.origin;
     const estimate = request.priceMicros ?? config.priceMicros;
@@ -438,7 +478,7 @@ export async function runBatch(
     let success = false;
     let fetched: Fetched | undefined;
     try {
-      const sent = await send(request, estimate, {
+      const sent = await sendWithinBudget(request, estimate, {
         gate,
         pricing: config.pricing,
         baseHeaders,

@@ -3,6 +3,8 @@
  * over-spent, a re-run resumes), and `tollgate budget show|reset` reads and resets the ledger file.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -101,5 +103,75 @@ describe('tollgate budget', () => {
     const bad = await runCli(['budget', 'drop']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('Expected `tollgate budget show` or `tollgate budget reset`');
+  });
+});
+
+/** A server on 127.0.0.1 answering 200 after 10 ms, with the actual price in `x-request-cost`. */
+async function pricedServer(price: string) {
+  let received = 0;
+  const server = createServer((_req, res) => {
+    received++;
+    setTimeout(
+      () => res.writeHead(200, { 'x-request-cost': price, 'content-type': 'application/json' }).end('{}'),
+      10,
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url,
+    received: () => received,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+describe('tollgate run --budget with actual prices below the estimate', () => {
+  const runPriced = async (server: { url: string }, name: string, count: number) => {
+    const input = join(dir, `${name}.jsonl`);
+    const out = join(dir, `${name}.out.jsonl`);
+    writeJsonl(
+      input,
+      Array.from({ length: count }, (_, i) => ({ id: i + 1, url: `${server.url}/v1/${i + 1}` })),
+    );
+    const args = ['run', input, '--out', out, '--budget', '0.1usd/day', '--price', '0.01usd'];
+    args.push(
+      '--price-header',
+      'x-request-cost',
+      '--concurrency',
+      '2',
+      '--ledger',
+      'memory',
+      '--progress',
+      'none',
+    );
+    return { result: await runCli(args), results: readResults(out) };
+  };
+
+  it("runs on while the run's own reservations, not the spend, fill the budget", async () => {
+    // Reserved at 0.01 each, settled at 0.001: 50 requests spend 0.05 of 0.10.
+    const server = await pricedServer('0.001');
+    try {
+      const { result, results } = await runPriced(server, 'cheap', 50);
+      expect(result.code, result.stdout + result.stderr).toBe(0);
+      expect(results).toHaveLength(50);
+      expect(server.received()).toBe(50);
+      expect(result.stdout).toContain('$0.05 of $0.10');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('stops where the spend leaves no room for one more estimate, never over the cap', async () => {
+    // Settled at 0.009: after 11 (0.099), one more estimate (0.01) would not fit.
+    const server = await pricedServer('0.009');
+    try {
+      const { result, results } = await runPriced(server, 'dear', 30);
+      expect(result.code, result.stdout + result.stderr).toBe(3);
+      expect(results).toHaveLength(11);
+      expect(server.received()).toBe(11);
+      expect(result.stdout).toContain('$0.099 of $0.10');
+    } finally {
+      await server.close();
+    }
   });
 });
