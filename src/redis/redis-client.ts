@@ -126,6 +126,8 @@ export class CommandRunner {
   /** Counts reloads: the answer of one given up on (timed out) releases nothing. */
   private generation = 0;
   private seq = 0;
+  /** Named in errors (see serverOf). */
+  private readonly server: string;
 
   constructor(
     readonly client: RedisClient,
@@ -133,6 +135,7 @@ export class CommandRunner {
     private readonly scripts: readonly LoadedScript[] = [],
   ) {
     this.loaded = scripts.length === 0;
+    this.server = serverOf(client);
   }
 
   /**
@@ -306,7 +309,7 @@ export class CommandRunner {
     for (const w of waiters) {
       if (!this.settle(w.watch)) continue;
       if (error === undefined) w.resolve();
-      else w.watch.reject(unavailable(error, 'SCRIPT LOAD'));
+      else w.watch.reject(unavailable(error, 'SCRIPT LOAD', this.server));
     }
     for (const command of held) {
       if (command.watch.settled) continue;
@@ -326,12 +329,12 @@ export class CommandRunner {
     try {
       onReply(reply);
     } catch (error) {
-      watch.reject(unavailable(error, script.name));
+      watch.reject(unavailable(error, script.name, this.server));
     }
   }
 
   private failed(watch: Watch, script: LoadedScript, error: unknown): void {
-    if (this.settle(watch)) watch.reject(unavailable(error, script.name));
+    if (this.settle(watch)) watch.reject(unavailable(error, script.name, this.server));
   }
 
   /** Any other command, with the same deadline. */
@@ -383,7 +386,7 @@ export class CommandRunner {
           if (this.settle(watch)) resolve(value);
         },
         (error: unknown) => {
-          if (this.settle(watch)) reject(unavailable(error, what));
+          if (this.settle(watch)) reject(unavailable(error, what, this.server));
         },
       );
     });
@@ -439,15 +442,29 @@ export class CommandRunner {
       if (w.settled) continue;
       if (w.deadline > now) break;
       w.settled = true;
-      w.reject(new StoreUnavailableError(`Redis did not answer within commandTimeoutMs ${this.timeoutMs}`));
+      w.reject(
+        new StoreUnavailableError(`${this.server} did not answer within commandTimeoutMs ${this.timeoutMs}`),
+      );
     }
     this.trim();
     this.arm();
   }
 }
 
-function unavailable(error: unknown, what: string): StoreUnavailableError {
+function unavailable(error: unknown, what: string, server: string): StoreUnavailableError {
   if (error instanceof StoreUnavailableError) return error;
   const message = error instanceof Error ? error.message : String(error);
-  return new StoreUnavailableError(`Redis ${what} failed: ${message}`, { cause: error });
+  return new StoreUnavailableError(`${server} ${what} failed: ${message}`, { cause: error });
+}
+
+/**
+ * Which server an error is about: `Redis at host:port` (or its socket path) for a client that
+ * says, `Redis Cluster`, or `Redis`. Never the URL: it may hold a password.
+ */
+function serverOf(client: RedisClient): string {
+  if ((client as { isCluster?: boolean }).isCluster === true) return 'Redis Cluster';
+  const o = (client as { options?: { host?: unknown; port?: unknown; path?: unknown } }).options;
+  if (typeof o?.path === 'string' && o.path !== '') return `Redis at ${o.path}`;
+  if (typeof o?.host === 'string' && typeof o.port === 'number') return `Redis at ${o.host}:${o.port}`;
+  return 'Redis';
 }

@@ -436,7 +436,7 @@ describe('CommandRunner on a Cluster: scripts load on every primary', () => {
     const never = fakeCluster(2, 'connecting');
     const waiting = run(new CommandRunner(never.client, 100, [script]), 1);
     await vi.advanceTimersByTimeAsync(101);
-    expect(waiting[0]).toMatch(/^error Redis did not answer/);
+    expect(waiting[0]).toMatch(/^error Redis Cluster did not answer/);
     for (const node of never.nodes) expect(node.calls).toEqual([]);
   });
 });
