@@ -52,6 +52,7 @@ import type {
   CancelToken,
   InternalAxiosRequestConfig,
 } from 'axios';
+import { isIdempotent } from '../core/adaptation.js';
 import { isTollgateError } from '../errors.js';
 import type { Inspection, ScheduleOptions } from '../gate/gate.js';
 import type { HeadersLike } from '../headers/headers-like.js';
@@ -295,6 +296,9 @@ function inspectOutcome(
     headers: (response.headers ?? {}) as unknown as HeadersLike,
     method,
     retryable,
+    // Followed redirects (follow-redirects counts them on the last request): a POST answered by a
+    // 303 was acted on; its target's 429 is no reason to send the POST again.
+    processed: redirectsOf(response) > 0 && !isIdempotent(method),
     discard: () => releaseData(response.data),
   };
   if (errorBody !== undefined && response.status >= 400) {
@@ -368,6 +372,13 @@ function attachCause(error: unknown, cause: unknown): void {
 }
 
 /** Release a response the gate drops (a retried 429): streams are destroyed, buffered bodies need nothing. */
+/** Redirects followed for `response` (axios's Node adapter, through follow-redirects); 0 when unknown. */
+function redirectsOf(response: { request?: unknown }): number {
+  const count = (response.request as { _redirectable?: { _redirectCount?: unknown } } | undefined)
+    ?._redirectable?._redirectCount;
+  return typeof count === 'number' ? count : 0;
+}
+
 function releaseData(data: unknown): void {
   if (typeof data !== 'object' || data === null) return;
   try {

@@ -24,7 +24,11 @@
  * - A request whose body is a stream (ReadableStream, async iterable) cannot be sent twice: it is
  *   marked not retryable, so a 429 on it rejects with `RateLimitedError` instead of a broken retry.
  *   A `Request` input with a body is cloned for each attempt, so it can.
+ * - A request that is not idempotent (POST, PATCH) and was redirected is never sent again: a 429
+ *   or 503 then comes from the redirect's target, after the server acted on it (a 303 after a
+ *   POST). That response is returned, its pause still holds the next calls (`processed`).
  */
+import { isIdempotent } from '../core/adaptation.js';
 import type { Inspection, ScheduleOptions } from '../gate/gate.js';
 import {
   type ActualCost,
@@ -252,6 +256,9 @@ function inspectResponse(
     headers: response.headers,
     method,
     retryable,
+    // Followed redirects: a POST answered by a 303 was acted on; its target's 429 is no reason to
+    // send the POST again (fetch does not say which redirect it followed, so any counts).
+    processed: response.redirected === true && !isIdempotent(method),
     discard: () => cancelBody(response),
   };
   const readErrorBody =

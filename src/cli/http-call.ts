@@ -84,7 +84,12 @@ async function fetchFollowingRedirects(url: URL, init: RequestInit): Promise<Res
   for (let hops = 0; ; hops++) {
     const response = await fetch(current, { ...init, method, headers, body, redirect: 'manual' });
     const location = response.headers.get('location');
-    if (!redirectStatuses.has(response.status) || location === null) return response;
+    if (!redirectStatuses.has(response.status) || location === null) {
+      // Said as fetch's own `redirect: 'follow'` says it: wrapFetch then never sends a redirected
+      // POST again when the page it led to answers 429 (the POST was acted on).
+      if (hops > 0) Object.defineProperty(response, 'redirected', { value: true });
+      return response;
+    }
     await response.body?.cancel();
     // As fetch fails them: a TypeError whose cause says why (the URL is not shown, it may hold a key).
     if (hops === maxRedirects) {

@@ -47,6 +47,11 @@ export const defaultAdaptOptions: AdaptOptions = Object.freeze({
 
 const idempotent = new Set(['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE', 'TRACE']);
 
+/** Sending the request twice has the effect of sending it once (RFC 9110 §9.2.2). `method` in capitals. */
+export function isIdempotent(method: string): boolean {
+  return idempotent.has(method);
+}
+
 export type Verdict =
   /** Keep the response: the call resolves with it. */
   | { readonly kind: 'done' }

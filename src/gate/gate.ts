@@ -106,6 +106,14 @@ export interface Inspection {
   /** False when the request cannot be sent again (a streamed body). @default true */
   readonly retryable?: boolean;
   /**
+   * True when a server acted on the request although this status says it was throttled: a POST
+   * answered by a redirect, whose target answered 429. Such a response is the call's result (its
+   * price charged), never sent again (a retry would repeat the POST); its pause and its limits
+   * still hold the next calls. The fetch and axios adapters set it for a redirected request whose
+   * method is not idempotent. @default false
+   */
+  readonly processed?: boolean;
+  /**
    * Units actually used (e.g. tokens from the response's usage): the difference is refunded or
    * charged. A shared gate settles it in its store (`Store.adjust`): more is always charged, less
    * is given back where that is exact (a bucket whose latest take is this call's, a window the call
@@ -1860,8 +1868,13 @@ export class Gate {
       this.finish(call, value, inspection);
       return;
     }
-    discard(inspection);
     const reason = observation.retryAfterMs !== undefined ? 'retry-after' : 'backoff';
+    if (inspection.processed === true) {
+      this.pausePartition(p, verdict.pauseUntil, reason, now);
+      this.finish(call, value, inspection);
+      return;
+    }
+    discard(inspection);
     if (verdict.kind === 'retry' && verdict.pauseUntil <= call.deadline) {
       this.pausePartition(p, verdict.pauseUntil, reason, now);
       this.requeue(call, now);

@@ -1737,7 +1737,10 @@ export class SharedGate {
       now,
       this.o.random,
     );
-    if (verdict.kind === 'done') {
+    const reason = observation.retryAfterMs !== undefined ? 'retry-after' : 'backoff';
+    if (verdict.kind !== 'done' && inspection.processed === true)
+      this.sharedPause(call.info, verdict.pauseUntil - now, reason, false);
+    if (verdict.kind === 'done' || inspection.processed === true) {
       this.settleBudget(call, inspection.actualPriceMicros ?? call.priceMicros);
       this.settle(call, value, true);
       return;
@@ -1747,7 +1750,6 @@ export class SharedGate {
     } catch {
       // Releasing a response we drop anyway must not fail the call.
     }
-    const reason = observation.retryAfterMs !== undefined ? 'retry-after' : 'backoff';
     // Every process holds back: the pause is written to the store before the retry is reserved.
     this.sharedPause(call.info, verdict.pauseUntil - now, reason, false);
     if (verdict.kind === 'retry' && verdict.pauseUntil <= call.deadline) {

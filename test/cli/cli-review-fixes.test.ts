@@ -213,6 +213,35 @@ describe('redirects', () => {
       b.server.close();
     }
   }, 30_000);
+
+  it('a POST redirected (303) to a page that answers 429 is not sent again: the 429 is its result', async () => {
+    const methods: string[] = [];
+    let gets = 0;
+    const server = createServer((req, res) => {
+      req.resume().on('end', () => {
+        methods.push(req.method!);
+        if (req.method === 'POST') {
+          res.writeHead(303, { location: '/orders/1' }).end();
+          return;
+        }
+        gets++;
+        res.writeHead(gets === 1 ? 429 : 200, { 'retry-after': '1' }).end();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      const input = join(dir, 'prg.jsonl');
+      const out = join(dir, 'prg.results.jsonl');
+      writeJsonl(input, [{ id: 'order', method: 'POST', url: `${url}/orders`, body: { item: 1 } }]);
+      const run = await runCli(['run', input, '--out', out, '--progress', 'none']);
+      expect(run.code, run.stderr).toBe(4);
+      expect(methods).toEqual(['POST', 'GET']);
+      expect(readResults(out)).toMatchObject([{ id: 'order', status: 429, ok: false, attempts: 1 }]);
+    } finally {
+      server.close();
+    }
+  }, 30_000);
 });
 
 describe('budget hints and resets', () => {
