@@ -63,6 +63,10 @@ export interface QuotaAnswer {
   readonly units: number;
   /** When the answer came (gate clock ms): a call started since was counted after it. */
   readonly answeredAt: number;
+  /** The answered call's start number in its partition. */
+  readonly seq?: number;
+  /** The partition's latest start number when the answer came in: a call numbered above it started after. */
+  readonly arrivedSeq?: number;
 }
 
 /** An answer's bound on the allowance: `gap` units above it (every start takes from both). */
@@ -121,6 +125,26 @@ export function inSameWindow(state: ServerQuotaState, resetAt: number, now: numb
     state.renewed !== true &&
     now < state.resetAt &&
     resetAt <= state.resetAt + RESET_RESOLUTION_MS
+  );
+}
+
+/**
+ * Whether `answer` proves the provider's window reset since `state` was told (window semantics):
+ * it says more is left than an answer of the same limit that came in before its call started.
+ * That call was counted after that answer's, and in one window a later count leaves less, never
+ * more (other clients only lower it). A provider whose remaining does not move proves nothing.
+ */
+export function risesAbove(state: ServerQuotaState, answer: QuotaAnswer): boolean {
+  if (state.refillPerMs > 0 || state.renewed === true) return false;
+  const seen = state.bounds === undefined ? [state.lowest] : [state.lowest, ...state.bounds];
+  return seen.some(
+    (earlier) =>
+      earlier !== undefined &&
+      earlier.limit === answer.limit &&
+      earlier.arrivedSeq !== undefined &&
+      answer.seq !== undefined &&
+      answer.seq > earlier.arrivedSeq &&
+      answer.remaining > earlier.remaining,
   );
 }
 

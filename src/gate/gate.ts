@@ -25,6 +25,7 @@ import {
   mayBeStale,
   type QuotaAnswer,
   quotaAllowanceAt,
+  risesAbove,
   type ServerQuotaState,
   tightenServerQuota,
 } from '../core/server-quota.js';
@@ -204,6 +205,10 @@ interface Call extends QueueEntry {
   seq: number;
   /** Units started in its partition up to and including this call, per unit (`cum` at its start). */
   mark: Map<string, number> | undefined;
+  /** Units in flight in its partition when it started, itself included, per unit (`inFlightUnits` then). */
+  flightMark: Map<string, number> | undefined;
+  /** Start number of the partition's latest call when this one's response came in: calls numbered above started after it. */
+  arrivedSeq: number;
   /** Its own units at its last start, per unit (read once: a cost record changed later is not). */
   units: readonly (readonly [string, number])[] | undefined;
   /** The limits in force when the call last started (for releasing its permits). */
@@ -1121,6 +1126,8 @@ export class Gate {
       attempt: 0,
       seq: 0,
       mark: undefined,
+      flightMark: undefined,
+      arrivedSeq: 0,
       units: undefined,
       gcores: undefined,
       kcores: undefined,
@@ -1196,6 +1203,13 @@ export class Gate {
     p.inFlightUnits ??= new Map();
     for (const [unit, n] of units) p.inFlightUnits.set(unit, (p.inFlightUnits.get(unit) ?? 0) + n);
     return units;
+  }
+
+  /** Units the provider may have counted after `call`: started after it, or in flight when it started. */
+  private notSurelySeenBy(p: Partition, call: Call, unit: string): number {
+    const started = (p.cum?.get(unit) ?? 0) - (call.mark?.get(unit) ?? 0);
+    const inFlight = (call.flightMark?.get(unit) ?? 0) - unitsOfUnit(call.units, unit);
+    return started + Math.max(0, inFlight);
   }
 
   /**
@@ -1776,6 +1790,7 @@ export class Gate {
     call.units = this.countStart(p, call.cost, now);
     call.seq = p.seq;
     call.mark = new Map(p.cum);
+    call.flightMark = new Map(p.inFlightUnits);
     call.observed = this.observe;
     if (call.observed) this.inFlight++;
     let result: Promise<unknown>;
@@ -1792,6 +1807,7 @@ export class Gate {
 
   /** The call's answer (or failure) is in: the server has counted it. */
   private answered(call: Call): void {
+    call.arrivedSeq = call.partition.seq;
     answer(call.partition, call.seq);
   }
 
@@ -2006,6 +2022,8 @@ export class Gate {
         limit: policy!.limit,
         units: unitsOfUnit(call.units, unit),
         answeredAt: now,
+        seq: call.seq,
+        arrivedSeq: call.arrivedSeq,
       };
       // A reset further away than maxRetryAfterMs holds calls no longer than that cap, as a
       // Retry-After does (never sleep for a day): then the next call asks the provider again, and
@@ -2042,15 +2060,28 @@ export class Gate {
           : (previous?.refillPerMs ?? 0);
       // In the window the quota already describes, or in the bucket it refills, the lower of the
       // two holds: the provider may have counted a call after this one whose answer came back first.
-      const inWindow = previous !== undefined && inSameWindow(previous, resetAt, now);
+      // Remaining that rose above an answer that came in before this call started proves the
+      // provider's window reset in between (counted later in one window, it says less, never
+      // more): this answer opens a new window instead of being held to the old one's bound.
+      const opens = previous !== undefined && risesAbove(previous, answer);
+      const inWindow = previous !== undefined && !opens && inSameWindow(previous, resetAt, now);
       const same =
         inWindow ||
         (refillPerMs > 0 && (previous?.refillPerMs ?? 0) > 0 && mayBeStale(previous!, answer, now));
-      const held = same ? quotaAllowanceAt(previous!, now) : allowance;
-      const left = Math.min(held, allowance);
+      // A new window rests on this answer alone, so nothing may be lent out that it did not
+      // surely see: every call started after it, and every call in flight when it started
+      // (answered since or not: the provider may have counted it after this one).
+      const opened = opens ? policy!.remaining! - this.notSurelySeenBy(p, call, unit) : allowance;
+      const held = same ? quotaAllowanceAt(previous!, now) : opened;
+      const left = Math.min(held, opened);
       const state: ServerQuotaState = {
         allowance: left,
-        resetAt: inWindow ? Math.max(previous!.resetAt, resetAt) : resetAt,
+        // An answer that came in after this call started may be from a later window still: its
+        // reset holds too.
+        resetAt:
+          inWindow || (opens && (previous!.lastAnsweredAt ?? -Infinity) > call.startedAt)
+            ? Math.max(previous!.resetAt, resetAt)
+            : resetAt,
         limit: capped ? undefined : policy!.limit,
         spanMs,
         // spread: ms per unit so what is left lasts until the (real) reset.
@@ -2061,7 +2092,7 @@ export class Gate {
         refillPerMs,
         updatedAt: now,
         bounds: [{ ...answer, gap: 0 }],
-        lowest: lowerAnswer(previous?.lowest, answer, refillPerMs),
+        lowest: opens ? answer : lowerAnswer(previous?.lowest, answer, refillPerMs),
         lastAnsweredAt: Math.max(previous?.lastAnsweredAt ?? -Infinity, now),
       };
       if (same) {
