@@ -364,7 +364,9 @@ describe('Ctrl-C', () => {
       expect(second.stderr).toContain('Aborting the requests in flight');
       expect(second.stdout).toContain('interrupted (requests in flight aborted)');
       // 6 to do: 3 sent and cut off, 3 never sent; no result, so no first-to-last span.
-      expect(second.stdout).toContain('3 sent · 0 ok · 0 failed · 3 aborted in flight (no result) · 3 not sent');
+      expect(second.stdout).toContain(
+        '3 sent · 0 ok · 0 failed · 3 aborted in flight (no result) · 3 not sent',
+      );
       expect(second.stdout).not.toContain('first start to last result');
       expect(lineCount(out)).toBe(3);
     } finally {
