@@ -8,25 +8,13 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createGate, type Inspection } from '../../src/gate/gate.js';
 import { ManualClock } from '../helpers/manual-clock.js';
+import { type ProviderStep, providerSteps } from '../helpers/provider-steps.js';
 
 const numRuns = Number(process.env['GATE_PROPERTY_RUNS'] ?? 300);
 
 const T0 = Date.parse('2026-11-30T12:00:00Z');
 
-type Step =
-  | { kind: 'schedule'; count: number }
-  | { kind: 'count'; pick: number }
-  | { kind: 'answer'; pick: number }
-  | { kind: 'tick'; ms: number };
-
-const stepArb: fc.Arbitrary<Step> = fc.oneof(
-  fc.record({ kind: fc.constant('schedule' as const), count: fc.integer({ min: 1, max: 6 }) }),
-  fc.record({ kind: fc.constant('count' as const), pick: fc.nat() }),
-  fc.record({ kind: fc.constant('count' as const), pick: fc.nat() }),
-  fc.record({ kind: fc.constant('answer' as const), pick: fc.nat() }),
-  fc.record({ kind: fc.constant('answer' as const), pick: fc.nat() }),
-  fc.record({ kind: fc.constant('tick' as const), ms: fc.integer({ min: 1, max: 3_000 }) }),
-);
+const stepArb = providerSteps(3_000);
 
 interface Held {
   readonly answer: (remaining: number) => void;
@@ -39,7 +27,11 @@ const flush = async () => {
 };
 
 /** Replay `steps`; returns how many calls the provider counted with nothing left. */
-async function run(mode: 'window' | 'refill', limit: number, steps: readonly Step[]): Promise<number> {
+async function run(
+  mode: 'window' | 'refill',
+  limit: number,
+  steps: readonly ProviderStep[],
+): Promise<number> {
   const clock = new ManualClock(T0);
   const gate = createGate({ clock });
   // The provider: `tokens` left (refilled at `perMs` in refill mode; a window that never ends here).

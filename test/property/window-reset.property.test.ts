@@ -12,25 +12,13 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createGate } from '../../src/gate/gate.js';
 import { ManualClock } from '../helpers/manual-clock.js';
+import { type ProviderStep, providerSteps } from '../helpers/provider-steps.js';
 
 const numRuns = Number(process.env['GATE_PROPERTY_RUNS'] ?? 300);
 const T0 = Date.parse('2026-11-30T12:00:00Z');
 const WINDOW = 1000;
 
-type Step =
-  | { kind: 'schedule'; count: number }
-  | { kind: 'count'; pick: number }
-  | { kind: 'answer'; pick: number }
-  | { kind: 'tick'; ms: number };
-
-const stepArb: fc.Arbitrary<Step> = fc.oneof(
-  fc.record({ kind: fc.constant('schedule' as const), count: fc.integer({ min: 1, max: 6 }) }),
-  fc.record({ kind: fc.constant('count' as const), pick: fc.nat() }),
-  fc.record({ kind: fc.constant('count' as const), pick: fc.nat() }),
-  fc.record({ kind: fc.constant('answer' as const), pick: fc.nat() }),
-  fc.record({ kind: fc.constant('answer' as const), pick: fc.nat() }),
-  fc.record({ kind: fc.constant('tick' as const), ms: fc.integer({ min: 1, max: 700 }) }),
-);
+const stepArb = providerSteps(700);
 
 interface Held {
   readonly answer: (headers: Record<string, string>) => void;
@@ -44,7 +32,7 @@ const flush = async () => {
 async function run(
   limit: number,
   phase: number,
-  steps: readonly Step[],
+  steps: readonly ProviderStep[],
 ): Promise<{ over: number; sent: number }> {
   const clock = new ManualClock(T0);
   const gate = createGate({ clock });
