@@ -172,4 +172,30 @@ describe('Inspection.processed, in both gates', () => {
       await gate.close();
     },
   );
+
+  const garbage: unknown[] = ['yes', 1, null, {}, Number.NaN, false];
+  it.each(Object.entries(gates))(
+    '%s: a processed that is not true (garbage included) reads as false: the 429 is retried',
+    async (_name, make) => {
+      for (const value of garbage) {
+        const clock = new ManualClock(T0);
+        const gate = make(clock);
+        let sends = 0;
+        const call = gate.schedule(
+          () => {
+            sends++;
+            return sends === 1
+              ? { status: 429, headers: { 'retry-after': '1' }, method: 'POST', processed: value }
+              : { status: 200, headers: {} };
+          },
+          { inspect: (r: Inspection) => r },
+        );
+        await ticks();
+        clock.advance(1_000);
+        await expect(call, String(value)).resolves.toMatchObject({ status: 200 });
+        expect(sends, String(value)).toBe(2);
+        await gate.close();
+      }
+    },
+  );
 });
