@@ -413,25 +413,40 @@ export async function runBatch(
   ];
 
   // Requests of this run inside `send` (each holds its price reserved until it settles), and the
-  // requests waiting for one of them to end (see sendWithinBudget).
+  // requests waiting for budget (see sendWithinBudget).
   let inSend = 0;
-  let sendEnded: (() => void)[] = [];
+  let budgetWaiters: (() => void)[] = [];
+  // The refusal the spend itself caused: final for every request, waiting ones included.
+  let budgetSpent: BudgetExceededError | undefined;
+  let toldOthersHold = false;
   const wakeBudgetWaiters = () => {
-    const waiting = sendEnded;
-    sendEnded = [];
+    const waiting = budgetWaiters;
+    budgetWaiters = [];
     for (const wake of waiting) wake();
   };
   // A stop wakes them too: they are not sent.
   halt.signal.addEventListener('abort', wakeBudgetWaiters, { once: true });
+  const pause = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        halt.signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      halt.signal.addEventListener('abort', done, { once: true });
+    });
 
   /**
-   * `send`, except that a budget refusal caused by what this run's other requests hold reserved
-   * (spent + this price fits the limit; the reservations will settle, often below their
-   * estimates) waits for one of them to end and asks again. A refusal with none of them left is
-   * final: the budget is spent, or held by other processes.
+   * `send`, except that a budget refusal caused by reservations, not by spend (spent + this price
+   * fits the limit), waits and asks again: for one of this run's requests to end while some are
+   * inside `send` (they settle, often below their estimates), else for a while (another process
+   * holds the reservations: asked again after 250 ms, doubling to 4 s; they settle or expire). A
+   * refusal the spend causes is final, for the waiting requests too.
    */
   const sendWithinBudget = async (...args: Parameters<typeof send>): ReturnType<typeof send> => {
-    for (;;) {
+    for (let pollMs = 250; ; ) {
+      if (budgetSpent !== undefined) throw budgetSpent;
       inSend++;
       let refused: BudgetExceededError | undefined;
       try {
@@ -445,9 +460,23 @@ export async function runBatch(
         // have refused requests wake each other forever.
         if (refused === undefined) wakeBudgetWaiters();
       }
-      const heldByThisRun = refused.spentMicros + refused.estimateMicros <= refused.limitMicros && inSend > 0;
-      if (!heldByThisRun || halt.signal.aborted) throw refused;
-      await new Promise<void>((resolve) => sendEnded.push(resolve));
+      if (halt.signal.aborted) throw refused;
+      if (refused.spentMicros + refused.estimateMicros > refused.limitMicros) {
+        budgetSpent = refused;
+        wakeBudgetWaiters();
+        throw refused;
+      }
+      if (inSend > 0) await new Promise<void>((resolve) => budgetWaiters.push(resolve));
+      else {
+        if (!toldOthersHold) {
+          toldOthersHold = true;
+          progress.log(
+            `budget held by reservations of other processes: ${refused.message}. Waiting for them to settle.`,
+          );
+        }
+        await pause(pollMs);
+        pollMs = Math.min(pollMs * 2, 4_000);
+      }
       if (halt.signal.aborted) throw new AbortedError(halt.signal.reason);
     }
   };

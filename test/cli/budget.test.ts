@@ -175,3 +175,54 @@ describe('tollgate run --budget with actual prices below the estimate', () => {
     }
   });
 });
+
+describe('tollgate run --budget, two processes on one ledger', () => {
+  it('each waits for the reservations of the other, stops when the spend fills the budget, and says so (exit 3)', async () => {
+    // 40 + 40 requests at $0.01 against $0.50: 50 are sent between them, 30 are not.
+    const server = await pricedServer('0.01');
+    try {
+      const ledger = join(dir, 'shared-ledger.sqlite');
+      const runOne = (name: string) => {
+        const input = join(dir, `${name}.jsonl`);
+        writeJsonl(
+          input,
+          Array.from({ length: 40 }, (_, i) => ({
+            id: `${name}-${i}`,
+            url: `${server.url}/v1/${name}/${i}`,
+          })),
+        );
+        const out = join(dir, `${name}.out.jsonl`);
+        const args = [
+          'run',
+          input,
+          '--out',
+          out,
+          '--budget',
+          '0.5usd/day',
+          '--price',
+          '0.01usd',
+          '--concurrency',
+          '4',
+        ];
+        args.push('--ledger', ledger, '--progress', 'none');
+        return { out, done: runCli(args) };
+      };
+      const a = runOne('a');
+      const b = runOne('b');
+      const [ra, rb] = await Promise.all([a.done, b.done]);
+      const results = readResults(a.out).length + readResults(b.out).length;
+      expect(results).toBe(50);
+      expect(server.received()).toBe(50);
+      for (const r of [ra, rb]) {
+        // Every process ends with its summary; one with requests left unsent exits 3.
+        expect(r.stdout, r.stderr).toContain('Summary:');
+        expect([0, 3]).toContain(r.code);
+      }
+      expect([ra.code, rb.code]).toContain(3);
+      const shown = await runCli(['budget', 'show', '--ledger', ledger]);
+      expect(shown.stdout).toMatch(/\$0\.50\s+\$0\.00\s+\$0\.50/);
+    } finally {
+      await server.close();
+    }
+  }, 60_000);
+});
