@@ -188,11 +188,14 @@ export async function send(
     },
     ...(pricing.reconcileTokens
       ? {
+          // Usage in the body charges more than the line's tokens, never less: OpenAI counts the
+          // prompt plus max_tokens at admission and gives nothing back, so settling down to the
+          // usage sent more tokens a minute than the limit (116-122% of it, found by a review).
           actualCost: async (response: Response) => {
             const usage = response.ok ? readUsage(await jsonOf(response)) : undefined;
-            return usage === undefined
-              ? undefined
-              : { tokens: (usage.inputTokens ?? 0) + (usage.outputTokens ?? 0) };
+            if (usage === undefined) return undefined;
+            const used = (usage.inputTokens ?? 0) + (usage.outputTokens ?? 0);
+            return { tokens: Math.max(used, tokensOf(request.cost)) };
           },
         }
       : {}),
@@ -241,6 +244,11 @@ export async function send(
     },
   };
   return { fetched, actualPriceMicros };
+}
+
+/** The tokens a line's cost names (0 for a plain number of requests, or none). */
+function tokensOf(cost: RequestSpec['cost']): number {
+  return typeof cost === 'object' ? (cost['tokens'] ?? 0) : 0;
 }
 
 /** The final answer's body as text. */
