@@ -153,6 +153,19 @@ export function claimRefund(
   return done === 'untimed' ? 'timed' : 'all';
 }
 
+/**
+ * A refund of `part` failed (the store did not answer): its permits may be given back again, as
+ * the shared gate does when the store answers again. Leases are keyed by the reservation, so a
+ * refund that did run after all is not given back twice. Its timed part stays settled (counted:
+ * the safe side).
+ */
+export function releasePermitsClaim(reservation: StoreReservation, part: 'all' | 'untimed' | 'timed'): void {
+  if (part === 'timed') return;
+  const done = settled.get(reservation);
+  if (done === 'all') settled.set(reservation, 'timed');
+  else if (done === 'untimed') settled.delete(reservation);
+}
+
 /** True the first time `reservation` is recounted, unless its timed levels were refunded. */
 export function claimRecount(reservation: StoreReservation): boolean {
   const done = settled.get(reservation);

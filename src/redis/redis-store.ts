@@ -16,6 +16,7 @@ import {
   learnedSpecText,
   levelCapacity,
   levelName,
+  releasePermitsClaim,
 } from './memory-store.js';
 import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
 import { DigestCache, digest, partitionTag, pauseChannel, scopePart } from './redis-keys.js';
@@ -863,7 +864,10 @@ export class RedisStore implements Store {
   private refundWith(nowArg: string, reservation: StoreReservation, which: 'all' | 'untimed'): Promise<void> {
     const part = claimRefund(reservation, which);
     if (part === undefined) return Promise.resolve();
-    if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
+    if (this.closed) {
+      releasePermitsClaim(reservation, part);
+      return Promise.reject(new StoreUnavailableError('Redis store is closed'));
+    }
     const { levels, costs, marks } = reservation;
     const tag = this.tagOf(reservation.partition);
     const scopeId = this.scopeOf(reservation.scope);
@@ -891,7 +895,14 @@ export class RedisStore implements Store {
       keys.push(args[0]!, args[1]!, args[2]!, args[3]!, give ? String(costs[i]) : '0', marks[i] ?? '');
     }
     for (const entry of learned) keys.push(entry.id, String(entry.cost), entry.mark);
-    return this.runner.evalsha(scripts.refund, n + 1, keys).then(() => undefined);
+    return this.runner.evalsha(scripts.refund, n + 1, keys).then(
+      () => undefined,
+      (error: unknown) => {
+        // Its permits may be given back again when Redis answers (the shared gate keeps it).
+        releasePermitsClaim(reservation, part);
+        throw error;
+      },
+    );
   }
 
   private recountWith(nowArg: string, reservation: StoreReservation, marginMs: number): Promise<void> {
