@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createGate, type Inspection } from '../../src/gate/gate.js';
 import { ManualClock } from '../helpers/manual-clock.js';
-import { type ProviderStep, providerSteps } from '../helpers/provider-steps.js';
+import { type ProviderStep, providerSteps, replayProvider } from '../helpers/provider-steps.js';
 
 const numRuns = Number(process.env['GATE_PROPERTY_RUNS'] ?? 300);
 
@@ -74,49 +74,22 @@ async function run(
     tokens -= 1;
     held.remaining = Math.max(0, Math.floor(tokens));
   };
-  // The gate learns the quota from a first answer; before it, it knows no limit.
-  schedule();
-  await flush();
-  count(started[0]!);
-  started[0]!.answer(started[0]!.remaining!);
-  await flush();
-  const uncounted = () => started.filter((h) => h.remaining === undefined);
-  const unanswered: Held[] = [];
-  for (const step of steps) {
-    if (step.kind === 'schedule') {
-      for (let i = 0; i < step.count; i++) schedule();
-    } else if (step.kind === 'count') {
-      const waiting = uncounted();
-      if (waiting.length === 0) continue;
-      const held = waiting[step.pick % waiting.length]!;
-      count(held);
-      unanswered.push(held);
-    } else if (step.kind === 'answer') {
-      if (unanswered.length === 0) continue;
-      const [held] = unanswered.splice(step.pick % unanswered.length, 1);
-      held!.answer(held!.remaining!);
-    } else if (mode === 'refill') {
+  await replayProvider(steps, {
+    started,
+    schedule,
+    counted: (held) => held.remaining !== undefined,
+    count,
+    answer: (held) => held.answer(held.remaining!),
+    tick: async (ms, provider) => {
+      if (mode !== 'refill') return;
       // Time passes only once the provider has counted every call started: a call counted long
       // after its start, when the provider's bucket is full, loses refill the gate counts (see
       // arrivalMarginMs); what is tested here is the order, not the delay.
-      for (const held of uncounted()) {
-        count(held);
-        unanswered.push(held);
-      }
-      clock.advance(step.ms);
-    }
-    await flush();
-  }
-  // Whatever starts is counted and answered (in order now) until nothing more starts; what never
-  // started is refused at close.
-  for (let seen = 0; seen < started.length; ) {
-    const batch = started.slice(seen);
-    seen = started.length;
-    for (const held of batch) if (held.remaining === undefined) count(held);
-    for (const held of unanswered.splice(0)) held.answer(held.remaining!);
-    for (const held of batch) held.answer(held.remaining!);
-    await flush();
-  }
+      provider.countAll();
+      clock.advance(ms);
+    },
+    flush,
+  });
   await gate.close({ queued: 'reject' });
   await Promise.all(calls);
   return overLimit;

@@ -12,7 +12,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createGate } from '../../src/gate/gate.js';
 import { ManualClock } from '../helpers/manual-clock.js';
-import { type ProviderStep, providerSteps } from '../helpers/provider-steps.js';
+import { type ProviderStep, providerSteps, replayProvider } from '../helpers/provider-steps.js';
 
 const numRuns = Number(process.env['GATE_PROPERTY_RUNS'] ?? 300);
 const T0 = Date.parse('2026-11-30T12:00:00Z');
@@ -66,48 +66,22 @@ async function run(
       'x-ratelimit-reset': String(Math.ceil((ws + WINDOW - now) / 1000)),
     };
   };
-  // The gate learns the quota from a first answer; before it, it knows no limit.
-  schedule();
-  await flush();
-  count(started[0]!);
-  started[0]!.answer(started[0]!.headers!);
-  await flush();
-  const uncounted = () => started.filter((h) => h.headers === undefined);
-  const unanswered: Held[] = [];
-  for (const step of steps) {
-    if (step.kind === 'schedule') for (let i = 0; i < step.count; i++) schedule();
-    else if (step.kind === 'count') {
-      const waiting = uncounted();
-      if (waiting.length === 0) continue;
-      const held = waiting[step.pick % waiting.length]!;
-      count(held);
-      unanswered.push(held);
-    } else if (step.kind === 'answer') {
-      if (unanswered.length === 0) continue;
-      const [held] = unanswered.splice(step.pick % unanswered.length, 1);
-      held!.answer(held!.headers!);
-    } else {
+  await replayProvider(steps, {
+    started,
+    schedule,
+    counted: (held) => held.headers !== undefined,
+    count,
+    answer: (held) => held.answer(held.headers!),
+    tick: async (ms, provider) => {
       // As in quota-order: time passes only once the provider has counted every call started (a
       // call counted after a reset it was sent before is the arrival margin's problem, left alone
       // for server quotas), and answers it, in any order, before time moves.
-      for (const held of uncounted()) {
-        count(held);
-        unanswered.push(held);
-      }
-      for (const held of unanswered.splice(0)) held.answer(held.headers!);
-      await flush();
-      clock.advance(step.ms);
-    }
-    await flush();
-  }
-  for (let seen = 0; seen < started.length; ) {
-    const batch = started.slice(seen);
-    seen = started.length;
-    for (const held of batch) if (held.headers === undefined) count(held);
-    for (const held of unanswered.splice(0)) held.answer(held.headers!);
-    for (const held of batch) held.answer(held.headers!);
-    await flush();
-  }
+      provider.countAll();
+      await provider.answerAll();
+      clock.advance(ms);
+    },
+    flush,
+  });
   await gate.close({ queued: 'reject' });
   await Promise.all(calls);
   return { over, sent: started.length };
