@@ -1738,9 +1738,9 @@ export class SharedGate {
       this.o.random,
     );
     const reason = observation.retryAfterMs !== undefined ? 'retry-after' : 'backoff';
-    if (verdict.kind !== 'done' && inspection.processed === true)
-      this.sharedPause(call.info, verdict.pauseUntil - now, reason, false);
     if (verdict.kind === 'done' || inspection.processed === true) {
+      // A processed response is the call's result, and its pause still holds the next calls.
+      if (verdict.kind !== 'done') this.sharedPause(call.info, verdict.pauseUntil - now, reason, false);
       this.settleBudget(call, inspection.actualPriceMicros ?? call.priceMicros);
       this.settle(call, value, true);
       return;
