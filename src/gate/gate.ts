@@ -281,6 +281,12 @@ class Partition {
   /** Queued calls with a finite deadline, as a min-heap on `deadline` (removed entries skipped lazily). */
   deadlines: Call[] | undefined = undefined;
 
+  /**
+   * Observed calls started and not yet released: a window limit recounts each from its response,
+   * so the partition's state is not idle (not swept) while one runs.
+   */
+  running = 0;
+
   constructor(key: string | undefined, keyStates: unknown[]) {
     this.key = key;
     this.keyStates = keyStates;
@@ -907,6 +913,8 @@ export class Gate {
     const cores = this.keyCores;
     if (typeof entry === 'number') return cores[0]!.isIdle(entry, now);
     if (entry.queue !== undefined || entry.timer !== undefined || entry.pausedUntil > now) return false;
+    // Calls in flight are still counted (recounted from their response, or unanswered yet).
+    if (entry.running > 0 || (entry.unanswered !== undefined && entry.unanswered.size > 0)) return false;
     for (let i = 0; i < cores.length; i++) if (!cores[i]!.isIdle(entry.keyStates[i], now)) return false;
     const extra = entry.extra;
     if (extra)
@@ -1170,6 +1178,7 @@ export class Gate {
       return result;
     }
     this.inFlight++;
+    p.running++;
     let result: Promise<unknown>;
     try {
       result = Promise.resolve(fn());
@@ -1242,6 +1251,7 @@ export class Gate {
     startedAt: number,
   ): void {
     this.inFlight--;
+    p.running--;
     const now = this.clock.now();
     if (this.recounts) this.recount(p, gcores, gcosts, kcores, kcosts, startedAt, now);
     const global = this.refundPermits(gcores, gcosts, this.globalCores, this.globalStates, now);
@@ -1792,7 +1802,10 @@ export class Gate {
     call.mark = new Map(p.cum);
     call.flightMark = new Map(p.inFlightUnits);
     call.observed = this.observe;
-    if (call.observed) this.inFlight++;
+    if (call.observed) {
+      this.inFlight++;
+      p.running++;
+    }
     let result: Promise<unknown>;
     try {
       result = Promise.resolve(call.fn());

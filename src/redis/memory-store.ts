@@ -410,17 +410,17 @@ export class MemoryStore implements Store {
     if (typeof marginMs !== 'number' || !(marginMs >= 0))
       throw invalid('marginMs', 'a number >= 0', marginMs);
     if (!claimRecount(reservation)) return;
-    const p = this.partitions.get(reservation.partition);
-    if (p === undefined) return;
+    const p = this.partitionOf(reservation.partition);
     const { levels, costs, startAt } = reservation;
     for (let i = 0; i < levels.length; i++) {
       const spec = levels[i]!.spec;
       const cost = costs[i]!;
       if (cost === 0 || !countsWindow(spec.algorithm)) continue;
       const name = levelName(levels[i]!);
-      const state = p.states.get(name);
-      if (state === undefined) continue;
       const core = coreOf(levels[i]!);
+      // A state dropped as idle (prune, as a TTL in Redis) is the initial one: the call is still
+      // counted where its response puts it.
+      const state = p.states.get(name) ?? core.initial(now);
       this.put(p, name, core, recountState(core, state, cost, startAt, marginMs, now), now);
     }
     // Learned limits are windows (sliding logs): the same move, while the limit is still known.
@@ -429,8 +429,7 @@ export class MemoryStore implements Store {
       const entry = learned?.get(id);
       if (entry === undefined || cost === 0 || !countsWindow(entry.core.spec.algorithm)) continue;
       const name = `L:${reservation.scope}:${id}`;
-      const state = p.states.get(name);
-      if (state === undefined) continue;
+      const state = p.states.get(name) ?? entry.core.initial(now);
       this.put(p, name, entry.core, recountState(entry.core, state, cost, startAt, marginMs, now), now);
     }
     this.dropIfEmpty(reservation.partition, p, now);

@@ -1019,10 +1019,11 @@ local function move(L, cost)
   if margin > cap then cap = margin end
   local at = startAt + cap
   if now < at then at = now end
-  local raw = at > startAt and redis.call('GET', L.key)
-  if raw then
+  if at > startAt then
+    -- A state gone idle (its TTL ran out before the response came) is the initial one: the call
+    -- is still counted where its response puts it.
     local w = windows()
-    local s = w.decode(raw)
+    local s = load(L, now)
     if L.algo == 'fw' then s = w.fwRefund(L, s, cost, startAt)
     elseif L.algo == 'sw' then s = w.swRefund(L, s, cost, startAt)
     else s = w.slRefund(L, s, cost, startAt, now) end

@@ -17,6 +17,11 @@ export interface StoreContractOptions {
   readonly shared?: boolean;
   /** Keys (or entries) the store holds for `partition`, for the cleanup test. */
   readonly countKeys?: (store: Store, partition: string) => Promise<number> | number;
+  /**
+   * Drop every state idle at `now`, as TTLs do in Redis (a store without TTLs keeps idle state
+   * until it prunes).
+   */
+  readonly prune?: (store: Store, now: number) => void | Promise<void>;
 }
 
 const level = (id: string, spec: LimitSpec): StoreLevel => ({ id, spec: createLimit(spec).spec });
@@ -271,6 +276,32 @@ export function storeContract(
       // not a window after the start (t0 + 900).
       expect(granted(await store.reserveAt(p, [none], [1], 10_000, t0 + 1070)).startAt).toBe(t0 + 1940);
       expect(granted(await store.reserveAt(p, [none], [1], 10_000, t0 + 1070)).startAt).toBe(t0 + 2000);
+    });
+
+    // Found by review (session 16): the state of a call's window had gone idle (its TTL ran out)
+    // before the response came; the recount found no state and counted the call nowhere, and the
+    // next call was admitted in the window the provider had counted the first one in.
+    it('a recount after the window state went idle still counts the call where its response puts it', async () => {
+      const store = await make();
+      const short = [
+        level('sfw', { algorithm: 'fixed-window', limit: 1, intervalMs: 100 }),
+        level('ssw', { algorithm: 'sliding-window', limit: 1, intervalMs: 100 }),
+        level('ssl', { algorithm: 'sliding-log', limit: 1, intervalMs: 100 }),
+      ];
+      const reservations = [];
+      const partitions = short.map(() => fresh());
+      // Started 10 ms before a window's end (T0 is a multiple of 100 ms).
+      for (let i = 0; i < short.length; i++)
+        reservations.push(granted(await store.reserveAt(partitions[i]!, [short[i]!], [1], 0, T0 + 90)));
+      // Every state is idle by T0 + 300 (two windows on); Redis drops them by TTL, in real time.
+      await new Promise((resolve) => setTimeout(resolve, 350));
+      if (options.prune) await options.prune(store, T0 + 1_000);
+      for (let i = 0; i < short.length; i++) {
+        // The response came at T0 + 150: counted there (the margin, 250 ms, allows it).
+        await store.recountAt(reservations[i]!, 250, T0 + 150);
+        const next = await store.reserveAt(partitions[i]!, [short[i]!], [1], 0, T0 + 151);
+        expect({ level: short[i]!.id, ok: next.ok }).toEqual({ level: short[i]!.id, ok: false });
+      }
     });
 
     it('a recount of a refunded reservation, or of one with no window level, changes nothing', async () => {
