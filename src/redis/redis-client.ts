@@ -75,6 +75,8 @@ interface Command {
   readonly script: LoadedScript;
   readonly args: (string | number)[];
   readonly onReply: (reply: unknown) => void;
+  /** The reply of a command its caller gave up on (timed out): what it did must be undone. */
+  readonly onLate: ((reply: unknown) => void) | undefined;
   readonly watch: Watch;
   /** Order in which it was asked for (a command held and sent again keeps its place). */
   readonly seq: number;
@@ -157,16 +159,18 @@ export class CommandRunner {
    * hot path: the reply handed to `onReply` and any failure (an error reply, a lost connection, no
    * answer within the timeout, or `onReply` throwing) to `onError` as a `StoreUnavailableError`.
    * Exactly one of them is called, once. NOSCRIPT loads the scripts and sends the same arguments
-   * again, in order (see the class).
+   * again, in order (see the class). A command that timed out may still run (it was sent; Redis
+   * runs it when it can): its reply then goes to `onLate`, which undoes what it committed.
    */
   evalshaArgs(
     script: LoadedScript,
     args: (string | number)[],
     onReply: (reply: unknown) => void,
     onError: (error: StoreUnavailableError) => void,
+    onLate?: (reply: unknown) => void,
   ): void {
     const watch = this.track(onError);
-    const command: Command = { script, args, onReply, watch, seq: this.seq++, reloaded: false };
+    const command: Command = { script, args, onReply, onLate, watch, seq: this.seq++, reloaded: false };
     if (this.loaded && this.held === undefined) this.send(command);
     else this.hold(command);
   }
@@ -183,7 +187,7 @@ export class CommandRunner {
   private send(command: Command): void {
     this.commands++;
     (this.client.call('EVALSHA', command.args) as Promise<unknown>).then(
-      (reply) => this.answered(command.watch, command.script, reply, command.onReply),
+      (reply) => this.answered(command, reply),
       (error: unknown) => {
         if (!isNoScript(error) || command.reloaded) return this.failed(command.watch, command.script, error);
         // Its caller was told of a timeout already: send nothing it no longer waits for (a
@@ -318,18 +322,24 @@ export class CommandRunner {
     }
   }
 
-  /** A script's reply: to `onReply`, unless its watch timed out; `onReply` throwing is a failure. */
-  private answered(
-    watch: Watch,
-    script: LoadedScript,
-    reply: unknown,
-    onReply: (reply: unknown) => void,
-  ): void {
-    if (!this.settle(watch)) return;
+  /**
+   * A script's reply: to `onReply`, unless its watch timed out (then to `onLate`); `onReply`
+   * throwing is a failure.
+   */
+  private answered(command: Command, reply: unknown): void {
+    const watch = command.watch;
+    if (!this.settle(watch)) {
+      try {
+        command.onLate?.(reply);
+      } catch {
+        // Undoing is best effort: what it could not undo expires with its TTL.
+      }
+      return;
+    }
     try {
-      onReply(reply);
+      command.onReply(reply);
     } catch (error) {
-      watch.reject(unavailable(error, script.name, this.server));
+      watch.reject(unavailable(error, command.script.name, this.server));
     }
   }
 

@@ -622,7 +622,21 @@ export class RedisStore implements Store {
         // Rejecting a decision already answered does nothing: only the unanswered ones fail.
         for (const q of batch) q.reject(error);
       },
+      (reply) => this.undoLate(batch, reply),
     );
+  }
+
+  /**
+   * The reply of a batch its callers gave up on (the command timed out, and Redis ran it later):
+   * nobody uses its reservations, so each is refunded. Exact for concurrency permits and windows;
+   * a bucket gives back only its latest take (see `refund`), the rest is spent as if sent.
+   */
+  private undoLate(batch: readonly Queued[], reply: unknown): void {
+    const undo = (decision: StoreDecision | Promise<StoreDecision>): void => {
+      if (!(decision instanceof Promise) && decision.ok) this.refund(decision).catch(() => {});
+    };
+    const shadows = batch.map((q): Queued => ({ ...q, resolve: undo, reject: () => {}, general: false }));
+    this.split(shadows, reply as (string | number)[], true);
   }
 
   /** The one-call bucket script's arguments. */
@@ -676,8 +690,11 @@ export class RedisStore implements Store {
     return args;
   }
 
-  /** Answer each decision of `batch` from its part of the bucket script's reply. */
-  private split(batch: readonly Queued[], reply: readonly (string | number)[]): void {
+  /**
+   * Answer each decision of `batch` from its part of the bucket script's reply. `late`: the batch
+   * was given up on; the calls it left undecided are not run again.
+   */
+  private split(batch: readonly Queued[], reply: readonly (string | number)[], late = false): void {
     const serverNow = timeOf(reply[0] as number);
     let r = 1;
     let undecided: Queued[] | undefined;
@@ -768,7 +785,7 @@ export class RedisStore implements Store {
         throw new Error(`unexpected reply from the bucket script at ${r}: ${String(kind)}`);
       }
     }
-    if (undecided !== undefined) this.again(undecided);
+    if (undecided !== undefined && !late) this.again(undecided);
   }
 
   /**
@@ -857,7 +874,18 @@ export class RedisStore implements Store {
       };
     };
     return new Promise((resolve, reject) => {
-      this.runner.evalshaArgs(scripts.reserve, args, (reply) => resolve(parse(reply)), reject);
+      this.runner.evalshaArgs(
+        scripts.reserve,
+        args,
+        (reply) => resolve(parse(reply)),
+        reject,
+        // Given up on and run later: nobody uses the reservation (concurrency permits would stay
+        // leased until their lease expires, for every process).
+        (reply) => {
+          const decision = parse(reply);
+          if (decision.ok) this.refund(decision).catch(() => {});
+        },
+      );
     });
   }
 

@@ -186,4 +186,62 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
     admin.disconnect();
     await gate.close();
   }, 30_000);
+
+  // Found by review (session 16): the reserves of calls refused after the command timeout were
+  // still run by Redis once it woke, and their concurrency leases held the limit full for every
+  // process until the leases expired (5 minutes): the next call waited past its deadline.
+  it('a reserve given up on (timed out) and run later by Redis gives its permits back', async () => {
+    const server = new DedicatedRedis(await freePort());
+    servers.push(server);
+    await server.start();
+    const gate = createSharedGate({
+      redis: server.url,
+      keyPrefix: 'late',
+      limits: [{ algorithm: 'concurrency', limit: 3 }],
+      failure: 'fail-closed',
+      commandTimeoutMs: 100,
+      recoveryProbeMs: 100,
+    });
+    await gate.schedule(() => {});
+    const admin = new Redis(server.url);
+    await admin.call('CLIENT', 'PAUSE', '400', 'ALL');
+    const refused = await Promise.allSettled([1, 2, 3].map(() => gate.schedule(() => 'ran')));
+    expect(refused.map((r) => r.status)).toEqual(['rejected', 'rejected', 'rejected']);
+    // Redis wakes and runs the three reserves; their replies come to nobody.
+    await sleep(900);
+    const started = performance.now();
+    expect(await gate.schedule(() => 'ran', { maxQueueTimeMs: 2_000 })).toBe('ran');
+    expect(performance.now() - started).toBeLessThan(500);
+    const leases = await keysOfTag(admin, '{late:*');
+    let held = 0;
+    for (const key of leases) if ((await admin.type(key)) === 'hash') held += Number(await admin.hlen(key));
+    expect(held).toBe(0);
+    admin.disconnect();
+    await gate.close();
+  }, 30_000);
+
+  it('a bucket reserve given up on and run later gives its take back when it is the latest', async () => {
+    const server = new DedicatedRedis(await freePort());
+    servers.push(server);
+    await server.start();
+    const gate = createSharedGate({
+      redis: server.url,
+      keyPrefix: 'late-bucket',
+      // Two calls at once, then one per 10 s.
+      limits: [{ algorithm: 'token-bucket', limit: 1, intervalMs: 10_000, burst: 2 }],
+      failure: 'fail-closed',
+      commandTimeoutMs: 100,
+      recoveryProbeMs: 100,
+      arrivalMarginMs: 0,
+    });
+    await gate.schedule(() => {});
+    const admin = new Redis(server.url);
+    await admin.call('CLIENT', 'PAUSE', '400', 'ALL');
+    await expect(gate.schedule(() => 'ran')).rejects.toBeInstanceOf(StoreUnavailableError);
+    await sleep(900);
+    // The refused call's take (the bucket's second token) was given back: this one starts at once.
+    expect(await gate.schedule(() => 'ran', { maxQueueTimeMs: 2_000 })).toBe('ran');
+    admin.disconnect();
+    await gate.close();
+  }, 30_000);
 });
