@@ -16,7 +16,7 @@ import type {
   StorePauseEvent,
   StoreReservation,
 } from './store.js';
-import { ownWaitOf, seedAge } from './store.js';
+import { ownWaitOf, seedAge, waitBoundOf } from './store.js';
 
 export interface MemoryStoreOptions {
   /** Time source (ms). @default systemClock */
@@ -285,6 +285,7 @@ export class MemoryStore implements Store {
     options?: ReserveOptions,
   ): StoreDecision {
     const ownWaitMs = ownWaitOf(options);
+    const maxWait = waitBoundOf(maxWaitMs);
     const scope = options?.scope ?? '';
     const p = this.partitions.get(partition);
     let from = now;
@@ -342,9 +343,8 @@ export class MemoryStore implements Store {
       }
     }
     if (blocked !== undefined) return { ok: false, retryAfterMs: Infinity, reason: blocked, serverNow: now };
-    // A deadline already past is a bound of 0 (as in Redis).
     const ownHolds = startAt > sharedAt;
-    if (startAt - now > Math.max(0, maxWaitMs) || (ownHolds && startAt - now > ownWaitMs)) {
+    if (startAt - now > maxWait || (ownHolds && startAt - now > ownWaitMs)) {
       const refusal = { ok: false, retryAfterMs: startAt - now, reason: 'wait', serverNow: now } as const;
       return options?.ownFrom === undefined ? refusal : { ...refusal, shared: !ownHolds };
     }

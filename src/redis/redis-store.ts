@@ -44,7 +44,7 @@ import type {
   StorePauseEvent,
   StoreReservation,
 } from './store.js';
-import { ownWaitOf, seedAge } from './store.js';
+import { ownWaitOf, seedAge, waitBoundOf } from './store.js';
 
 export interface RedisStoreOptions {
   /** An `ioredis` client (`Redis` or `Cluster`), or a URL such as `redis://127.0.0.1:6379`. */
@@ -549,17 +549,23 @@ export class RedisStore implements Store {
   ): Promise<StoreDecision> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
     let own: number;
+    let maxWait: number;
     try {
       own = ownWaitOf(options);
+      maxWait = waitBoundOf(maxWaitMs);
     } catch (error) {
       return Promise.reject(error);
     }
     const shape = this.shapeOf(partition, options?.scope ?? '', levels);
-    if (!shape.buckets) return this.reserveGeneral(shape, nowArg, partition, costs, maxWaitMs, options);
+    if (!shape.buckets) {
+      // Bucket calls asked for earlier in this tick go first: one connection runs them in order.
+      if (this.queue.length > 0) this.flush();
+      return this.reserveGeneral(shape, nowArg, partition, costs, maxWaitMs, options);
+    }
     // The bucket scripts have no shared/own split (ReserveOptions.ownFrom), but a call they can
     // start within ownWaitMs is decided the same either way: they decide that (batched, the common
     // case), and a call they would refuse goes to the general script, which says who held it.
-    const bound = Math.min(Number.isFinite(maxWaitMs) ? Math.max(0, maxWaitMs) : Infinity, own);
+    const bound = Math.min(maxWait, own);
     return new Promise<StoreDecision>((resolve, reject) => {
       const queued: Queued = {
         shape,
@@ -827,7 +833,8 @@ export class RedisStore implements Store {
     const id = `${idPrefix}.${++idCounter}`;
     args[at] = nowArg;
     // -1 means no bound; a deadline already past is a bound of 0.
-    args[at + 1] = Number.isFinite(maxWaitMs) ? String(Math.max(0, maxWaitMs)) : '-1';
+    const maxWait = waitBoundOf(maxWaitMs);
+    args[at + 1] = maxWait === Infinity ? '-1' : String(maxWait);
     if (shape.leased) args[at + 4] = id;
     if (options?.ownFrom !== undefined) {
       args[at + 7] = String(options.ownFrom);

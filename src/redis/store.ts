@@ -252,6 +252,20 @@ export function seedAge(options: LearnOptions | undefined): number {
 }
 
 /**
+ * The longest wait `maxWaitMs` allows: Infinity for no bound, 0 for a deadline already past (any
+ * negative number, -Infinity included). Throws naming it when it is not a number (NaN included).
+ */
+export function waitBoundOf(maxWaitMs: number): number {
+  if (typeof maxWaitMs !== 'number' || Number.isNaN(maxWaitMs))
+    throw invalid(
+      'maxWaitMs',
+      'a number of ms (Infinity for no bound; a negative one is a bound of 0)',
+      maxWaitMs,
+    );
+  return maxWaitMs > 0 ? maxWaitMs : 0;
+}
+
+/**
  * The wait `options` allow a call's own levels (`ReserveOptions.ownFrom`): Infinity without
  * `ownFrom`. Throws naming the option when `ownFrom` is not an integer >= 0 or `ownWaitMs` not a
  * number >= 0.

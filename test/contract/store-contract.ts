@@ -83,6 +83,15 @@ export function storeContract(
       expect(granted(await store.reserveAt(p, [tb], [1], 100, T0)).startAt).toBe(T0 + 100);
       // A deadline already past (negative) is a bound of 0, not "no bound".
       expect((await store.reserveAt(p, [tb], [1], -0.5, T0)).ok).toBe(false);
+      expect((await store.reserveAt(p, [tb], [1], Number.NEGATIVE_INFINITY, T0)).ok).toBe(false);
+      // Not a number: named, nothing taken.
+      for (const bad of [Number.NaN, '100', undefined]) {
+        await expect(
+          Promise.resolve().then(() => store.reserveAt(p, [tb], [1], bad as never, T0)),
+        ).rejects.toThrow(/maxWaitMs/);
+      }
+      // The slot after the one taken above.
+      expect(granted(await store.reserveAt(p, [tb], [1], 200, T0)).startAt).toBe(T0 + 200);
       expect((await store.reserveAt(fresh(), [tb], [1], -0.5, T0)).ok).toBe(true);
     });
 

@@ -251,6 +251,24 @@ describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () =>
     expect(store.commandsSent - before).toBe(1 + 3);
   });
 
+  // Found by review (session 16): a call of another shape (a window level) was sent at once, ahead
+  // of the bucket calls queued before it in the same tick, and took the slot the first one had.
+  it('a call for the general script asked after bucket calls of the same tick is decided after them', async () => {
+    const store = make();
+    const memory = new MemoryStore();
+    const p = fresh();
+    const one = level('one', { algorithm: 'token-bucket', limit: 1, intervalMs: 1000 });
+    const window = level('w', { algorithm: 'fixed-window', limit: 10, intervalMs: 1000 });
+    const calls = [
+      (s: RedisStore | MemoryStore) => s.reserveAt(p, [one], [1], 0, T0),
+      (s: RedisStore | MemoryStore) => s.reserveAt(p, [one, window], [1, 1], 0, T0),
+    ];
+    const answers = await Promise.all(calls.map((call) => call(store)));
+    const expected = await Promise.all(calls.map((call) => call(memory)));
+    expect(answers.map((a) => a.ok)).toEqual([true, false]);
+    expect(answers.map(comparable)).toEqual(expected.map(comparable));
+  });
+
   it('batch: false sends one EVALSHA per decision, with the same answers', async () => {
     const batched = make();
     const single = make({ batch: false });
