@@ -308,6 +308,14 @@ export function createBudgetGuard(options: BudgetGuardOptions): BudgetGuard {
   return new BudgetGuard(options);
 }
 
+/** The ledger id of a reservation `tryReserve` returned; throws naming `reservation` for anything else. */
+export function reservationIdOf(reservation: BudgetReservation): string {
+  const id = (reservation as { id?: unknown } | null | undefined)?.id;
+  if (typeof id !== 'string')
+    throw invalid('reservation', 'a reservation returned by tryReserve', reservation);
+  return id;
+}
+
 export class BudgetGuard {
   readonly budgets: readonly Budget[];
   /** The currency every amount is counted in (shared by all budgets). */
@@ -421,7 +429,7 @@ export class BudgetGuard {
    */
   settle(reservation: BudgetReservation, actualMicros: number, now: number = this.clock.now()): boolean {
     checkMicros(actualMicros, 'actualMicros');
-    const result = this.ledger.settle(reservation.id, actualMicros, now);
+    const result = this.ledger.settle(reservationIdOf(reservation), actualMicros, now);
     const extra = actualMicros - reservation.estimateMicros;
     if (result.found && extra > 0 && this.listeners.size > 0) this.checkThresholds(result.totals, extra, now);
     return result.found;
@@ -429,7 +437,7 @@ export class BudgetGuard {
 
   /** The call was not sent: give its reservation back. Returns false if already settled or released. */
   release(reservation: BudgetReservation, now: number = this.clock.now()): boolean {
-    return this.ledger.release(reservation.id, now).found;
+    return this.ledger.release(reservationIdOf(reservation), now).found;
   }
 
   /**

@@ -32,8 +32,8 @@ import type {
   LedgerTotals,
   LedgerWindow,
 } from './ledger.js';
-import { ROLLING_WINDOW_START, windowKey } from './ledger.js';
-import { addMicros } from './money.js';
+import { checkLedgerEntries, checkLedgerNow, ROLLING_WINDOW_START, windowKey } from './ledger.js';
+import { addMicros, checkMicros } from './money.js';
 
 /** Schema version written to `PRAGMA user_version`. Bump with a migration when the schema changes. */
 export const LEDGER_SCHEMA_VERSION = 1;
@@ -282,18 +282,24 @@ export class FileLedger implements Ledger {
   }
 
   reserve(entries: readonly LedgerEntry[], now: number): LedgerReserveResult {
+    checkLedgerNow(now);
+    checkLedgerEntries(entries);
     return this.run(() => this.reserveTx.immediate(entries, now));
   }
 
   settle(reservationId: string, actualMicros: number, now: number): LedgerSettleResult {
+    checkLedgerNow(now);
+    checkMicros(actualMicros, 'actualMicros');
     return this.run(() => this.applyTx.immediate(reservationId, actualMicros, now));
   }
 
   release(reservationId: string, now: number): LedgerSettleResult {
+    checkLedgerNow(now);
     return this.run(() => this.applyTx.immediate(reservationId, undefined, now));
   }
 
   snapshot(now: number): LedgerWindow[] {
+    checkLedgerNow(now);
     return this.run(() => this.snapshotTx.immediate(now));
   }
 

@@ -7,6 +7,9 @@
  * All amounts are integer micro-units; all times ms on the caller's clock.
  */
 
+import { invalid } from '../validate.js';
+import { checkMicros } from './money.js';
+
 /** One budget's part of a reservation. */
 export interface LedgerEntry {
   /** The budget (or `name[key]`) to charge. */
@@ -103,6 +106,40 @@ export interface Ledger {
   reset(budgetId?: string): void;
   /** Release resources (the file handle). Further calls throw. */
   close(): void;
+}
+
+/**
+ * Check what a ledger is asked to record before anything is written: a store that ran part of a
+ * write and failed on a bad number (a Redis script stops at the first error and keeps what it
+ * wrote) would hold money nobody settles, under keys that never expire. Throws `InvalidOptionError`
+ * naming `now` or the entry's field, `InvalidCostError` for an amount that is not an integer
+ * number of micros >= 0.
+ */
+export function checkLedgerNow(now: number): void {
+  if (typeof now !== 'number' || !Number.isFinite(now)) throw invalid('now', 'a finite number of ms', now);
+}
+
+/** See `checkLedgerNow`: every entry of a reservation. */
+export function checkLedgerEntries(entries: readonly LedgerEntry[]): void {
+  if (!Array.isArray(entries)) throw invalid('entries', 'an array of ledger entries', entries);
+  for (let i = 0; i < entries.length; i++) {
+    const entry = entries[i]!;
+    const at = `entries[${i}]`;
+    if (typeof entry?.budgetId !== 'string' || entry.budgetId === '')
+      throw invalid(`${at}.budgetId`, 'a non-empty string', entry?.budgetId);
+    for (const field of ['windowStart', 'windowEnd', 'expiresAt'] as const) {
+      if (typeof entry[field] !== 'number' || !Number.isFinite(entry[field]))
+        throw invalid(`${at}.${field}`, 'a finite number of ms', entry[field]);
+    }
+    const rollingMs = entry.rollingMs;
+    if (
+      rollingMs !== undefined &&
+      !(typeof rollingMs === 'number' && Number.isSafeInteger(rollingMs) && rollingMs > 0)
+    )
+      throw invalid(`${at}.rollingMs`, 'an integer number of ms > 0, or undefined', rollingMs);
+    checkMicros(entry.limitMicros, `${at}.limitMicros`);
+    checkMicros(entry.estimateMicros, `${at}.estimateMicros`);
+  }
 }
 
 /**

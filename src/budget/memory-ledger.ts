@@ -15,6 +15,8 @@ import {
   settleHold,
 } from './budget.js';
 import {
+  checkLedgerEntries,
+  checkLedgerNow,
   type Ledger,
   type LedgerEntry,
   type LedgerReserveResult,
@@ -24,6 +26,7 @@ import {
   matchesBudget,
   windowKey,
 } from './ledger.js';
+import { checkMicros } from './money.js';
 
 /**
  * A ledger in this process's memory: exact and fast, but forgotten on exit and not shared with other
@@ -39,6 +42,8 @@ export class MemoryLedger implements Ledger {
 
   reserve(entries: readonly LedgerEntry[], now: number): LedgerReserveResult {
     this.checkOpen();
+    checkLedgerNow(now);
+    checkLedgerEntries(entries);
     const held: Account[] = [];
     for (const entry of entries) {
       const account = this.accountFor(entry);
@@ -63,6 +68,8 @@ export class MemoryLedger implements Ledger {
 
   settle(reservationId: string, actualMicros: number, now: number): LedgerSettleResult {
     this.checkOpen();
+    checkLedgerNow(now);
+    checkMicros(actualMicros, 'actualMicros');
     const held = this.reservations.get(reservationId);
     if (held === undefined) return { found: false, totals: [] };
     // Every budget first: a charge past the exact range on one changes none.
@@ -78,6 +85,7 @@ export class MemoryLedger implements Ledger {
 
   release(reservationId: string, now: number): LedgerSettleResult {
     this.checkOpen();
+    checkLedgerNow(now);
     const held = this.reservations.get(reservationId);
     if (held === undefined) return { found: false, totals: [] };
     this.reservations.delete(reservationId);
@@ -90,6 +98,7 @@ export class MemoryLedger implements Ledger {
 
   snapshot(now: number): LedgerWindow[] {
     this.checkOpen();
+    checkLedgerNow(now);
     const windows: LedgerWindow[] = [];
     for (const list of this.accounts.values()) {
       for (const account of list) {

@@ -6,6 +6,7 @@ import {
   BudgetWindows,
   decisionOf,
   missingMethods,
+  reservationIdOf,
   reservationRequest,
   spendFromSnapshot,
 } from '../budget/budget-guard.js';
@@ -105,12 +106,12 @@ export class AsyncBudgetGuard {
     now: number = this.clock.now(),
   ): Promise<boolean> {
     checkMicros(actualMicros, 'actualMicros');
-    return (await this.ledger.settle(reservation.id, actualMicros, now)).found;
+    return (await this.ledger.settle(reservationIdOf(reservation), actualMicros, now)).found;
   }
 
   /** The call was not sent: give its reservation back. */
   async release(reservation: BudgetReservation, now: number = this.clock.now()): Promise<boolean> {
-    return (await this.ledger.release(reservation.id, now)).found;
+    return (await this.ledger.release(reservationIdOf(reservation), now)).found;
   }
 
   /** Spend per budget (and key) in its current window. */

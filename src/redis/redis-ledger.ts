@@ -6,7 +6,8 @@ import type {
   LedgerTotals,
   LedgerWindow,
 } from '../budget/ledger.js';
-import { windowKey } from '../budget/ledger.js';
+import { checkLedgerEntries, checkLedgerNow, windowKey } from '../budget/ledger.js';
+import { checkMicros } from '../budget/money.js';
 import { InvalidCostError, StoreUnavailableError } from '../errors.js';
 import { integer, invalid, nonEmptyString, onlyKnownKeys, plainObject } from '../validate.js';
 import type { AsyncLedger } from './async-ledger.js';
@@ -104,6 +105,8 @@ export class RedisLedger implements AsyncLedger {
 
   async reserve(entries: readonly LedgerEntry[], now: number): Promise<LedgerReserveResult> {
     this.checkOpen();
+    checkLedgerNow(now);
+    checkLedgerEntries(entries);
     // Chosen here, not in Redis: a reserve whose answer never comes can still be released by id.
     const id = this.idPrefix + (this.idCount++).toString(36);
     const args: (string | number)[] = [
@@ -163,7 +166,12 @@ export class RedisLedger implements AsyncLedger {
   }
 
   settle(reservationId: string, actualMicros: number, now: number): Promise<LedgerSettleResult> {
-    return this.apply(reservationId, String(actualMicros), now);
+    // Checked before anything is sent (see checkLedgerNow): the script would drop the hold, then
+    // fail to charge a fraction.
+    return Promise.resolve().then(() => {
+      checkMicros(actualMicros, 'actualMicros');
+      return this.apply(reservationId, String(actualMicros), now);
+    });
   }
 
   release(reservationId: string, now: number): Promise<LedgerSettleResult> {
@@ -172,6 +180,7 @@ export class RedisLedger implements AsyncLedger {
 
   async snapshot(now: number): Promise<LedgerWindow[]> {
     this.checkOpen();
+    checkLedgerNow(now);
     const reply = (await this.runner.evalsha(scripts.snapshot, 1, [this.tagKey, String(now)])) as string[];
     const windows: LedgerWindow[] = [];
     for (let i = 0; i + 7 < reply.length; i += 8) {
@@ -262,6 +271,7 @@ export class RedisLedger implements AsyncLedger {
 
   private async apply(reservationId: string, actual: string, now: number): Promise<LedgerSettleResult> {
     this.checkOpen();
+    checkLedgerNow(now);
     const reply = (await this.runner.evalsha(scripts.settle, 1, [
       this.tagKey,
       String(now),

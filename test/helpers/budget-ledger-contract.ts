@@ -282,6 +282,35 @@ function cases(makeLedger: () => AnyLedger, mode: 'sync' | 'async'): void {
     expect((await ledger.snapshot(16)).map((w) => w.spentMicros)).toEqual([MAX, 5]);
   });
 
+  // Found by review (session 16): the Redis ledger's settle script dropped the hold, then failed to
+  // charge 1.5 micros (the hold lost, nothing charged), and a reserve at now NaN or Infinity wrote
+  // holds under keys that never expired. Every ledger now refuses such input before writing.
+  it('bad amounts and times are refused with typed errors, and the reservation stays as it was', async () => {
+    const ledger = make();
+    const refuses = (call: () => unknown, code: string) =>
+      expect(Promise.resolve().then(call)).rejects.toMatchObject({ code });
+    const id = await reserveOk(ledger, [day({ estimateMicros: 1_000 })], 10);
+    for (const bad of [1.5, Number.NaN, -1, Number.POSITIVE_INFINITY, 'abc', '700', undefined])
+      await refuses(() => ledger.settle(id, bad as never, 11), 'ERR_INVALID_COST');
+    for (const now of [Number.NaN, Number.POSITIVE_INFINITY, '5'])
+      await refuses(() => ledger.settle(id, 1_000, now as never), 'ERR_INVALID_OPTION');
+    for (const now of [Number.NaN, Number.NEGATIVE_INFINITY, 1e20 * 1e300, '5']) {
+      await refuses(() => ledger.reserve([day()], now as never), 'ERR_INVALID_OPTION');
+      await refuses(() => ledger.release(id, now as never), 'ERR_INVALID_OPTION');
+      await refuses(() => ledger.snapshot(now as never), 'ERR_INVALID_OPTION');
+    }
+    for (const over of [{ estimateMicros: 1.5 }, { limitMicros: Number.NaN }, { estimateMicros: -1 }])
+      await refuses(() => ledger.reserve([day(over)], 12), 'ERR_INVALID_COST');
+    for (const over of [{ expiresAt: Number.NaN }, { windowEnd: Number.POSITIVE_INFINITY }, { budgetId: '' }])
+      await refuses(() => ledger.reserve([day(over as Partial<LedgerEntry>)], 12), 'ERR_INVALID_OPTION');
+    await refuses(() => ledger.reserve([rolling(12, { rollingMs: 0.5 })], 12), 'ERR_INVALID_OPTION');
+    // Nothing was written: the one hold is still there, and settles at its actual cost.
+    expect(await only(ledger, 13)).toMatchObject({ spentMicros: 0, reservedMicros: 1_000 });
+    expect((await ledger.settle(id, 700, 14)).found).toBe(true);
+    expect(await only(ledger, 15)).toMatchObject({ spentMicros: 700, reservedMicros: 0 });
+    expect((await ledger.snapshot(16)).map((w) => w.budgetId)).toEqual(['day']);
+  });
+
   it('rolling: spend counts for rollingMs after it was reserved, then leaves the window', async () => {
     const ledger = make();
     const a = await reserveOk(ledger, [rolling(1_000, { estimateMicros: 600_000 })], 1_000);

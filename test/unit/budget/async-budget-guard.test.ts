@@ -35,3 +35,17 @@ describe('AsyncBudgetGuard checks its ledger at construction', () => {
     expect(() => createAsyncBudgetGuard({ budgets, ledger: ledger as never })).toThrow(/`ledger`/);
   });
 });
+
+describe('AsyncBudgetGuard refuses what is not a reservation', () => {
+  it('settle or release of undefined, null or another object is rejected, naming `reservation`', async () => {
+    const guard = createAsyncBudgetGuard({
+      budgets,
+      ledger: asyncLedger(new MemoryLedger()),
+      clock: { now: () => 10 },
+    });
+    for (const bad of [undefined, null, {}, { id: 5 }]) {
+      await expect(guard.release(bad as never)).rejects.toThrow(InvalidOptionError);
+      await expect(guard.settle(bad as never, 0)).rejects.toThrow(/`reservation`/);
+    }
+  });
+});

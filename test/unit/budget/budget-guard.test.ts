@@ -92,6 +92,14 @@ describe('createBudgetGuard: reserve, settle, release', () => {
     expect(guard.spend()[0]).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
   });
 
+  it('settle or release of something that is not a reservation is refused, naming it', () => {
+    const { guard } = guardWith();
+    for (const bad of [undefined, null, {}, { id: 5 }]) {
+      expect(() => guard.release(bad as never)).toThrow(/`reservation`/);
+      expect(() => guard.settle(bad as never, 0)).toThrow(/`reservation`/);
+    }
+  });
+
   it('a reservation carries its id, estimate, key, budgets and times', () => {
     const { guard } = guardWith({ reservationTtlMs: 60_000 });
     const r = guard.reserve(1234, 'k', T0 + 5);
