@@ -25,5 +25,10 @@ export default defineConfig({
   sourcemap: false,
   clean: true,
   target: 'node20',
-  splitting: false,
+  // Shared code (the error classes, the core) in chunks both entries import: with a copy per entry,
+  // an error thrown through \`tollgate/redis\` was no \`instanceof\` the class exported by \`tollgate\`.
+  // For CommonJS too (esbuild's splitting is ESM-only; tsup's cjs splitting goes through ESM).
+  splitting: true,
+  // import.meta.url in the CommonJS build (src/optional-dependency.ts): split CommonJS keeps it as written.
+  shims: true,
 });

@@ -83,6 +83,38 @@ describe('the built package', () => {
     }, 60_000);
   }
 
+  // Found by review (session 16): each entry carried its own copy of the error classes, so an error
+  // thrown through tollgate/redis was no instanceof the class a user imports from tollgate.
+  for (const format of ['mjs', 'cjs'] as const) {
+    it(`${format}: an error thrown through tollgate/redis is instanceof the classes tollgate exports`, async () => {
+      const names = 'createSharedGate';
+      const main = 'TollgateError, InvalidOptionError, StoreUnavailableError, QueueTimeoutError';
+      const code =
+        format === 'mjs'
+          ? `import { ${names} } from ${JSON.stringify(join(out, 'redis.js'))};
+import { ${main} } from ${JSON.stringify(join(out, 'index.js'))};`
+          : `const { ${names} } = require(${JSON.stringify(join(out, 'redis.cjs'))});
+const { ${main} } = require(${JSON.stringify(join(out, 'index.cjs'))});`;
+      const body = `
+const checks = [];
+try { createSharedGate({ redis: 'redis://127.0.0.1:1', limits: [], localShare: 7 }); } catch (e) {
+  checks.push(e instanceof InvalidOptionError, e instanceof TollgateError);
+}
+const gate = createSharedGate({ redis: 'redis://127.0.0.1:1', limits: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 1000 }], failure: 'fail-closed', commandTimeoutMs: 200 });
+try { await gate.schedule(() => 'sent'); } catch (e) {
+  checks.push(e instanceof StoreUnavailableError, e instanceof TollgateError);
+}
+await gate.close();
+console.log(JSON.stringify(checks));
+`;
+      const output = await node(
+        format,
+        format === 'mjs' ? `${code}\n${body}` : `${code}\n(async () => {${body}})();`,
+      );
+      expect(output).toBe('[true,true,true,true]');
+    }, 60_000);
+  }
+
   it('the CLI reads a file ledger from the build', async () => {
     const ledgerPath = join(scratch, 'cli-ledger.sqlite');
     const load = `const { createGate, FileLedger } = require(${JSON.stringify(join(out, 'index.cjs'))});`;
