@@ -113,6 +113,8 @@ const isNoScript = (error: unknown): boolean => String((error as Error)?.message
 export class CommandRunner {
   private watches: Watch[] = [];
   private head = 0;
+  /** Callers of `settled()`, told when no command is pending. */
+  private idleWaiters: (() => void)[] = [];
   private timer: ReturnType<typeof setTimeout> | undefined = undefined;
   /** Commands sent (EVALSHA, SCRIPT LOAD, EVAL...): the bench reads it for round trips. */
   commands = 0;
@@ -372,6 +374,23 @@ export class CommandRunner {
     if (outcome !== 'quit') this.client.disconnect();
   }
 
+  /**
+   * Resolves once every command asked for so far has answered, failed or timed out, and at the
+   * latest after the command timeout: closing lets the bookkeeping in flight (recounts, refunds)
+   * land first. Its timer keeps the process alive until then (the watches' timer does not).
+   */
+  settled(): Promise<void> {
+    if (this.head === this.watches.length) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, this.timeoutMs);
+      function done(): void {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.idleWaiters.push(done);
+    });
+  }
+
   /** Reject everything pending (closing). */
   abandon(): void {
     const watches = this.watches;
@@ -386,6 +405,14 @@ export class CommandRunner {
       w.settled = true;
       w.reject(new StoreUnavailableError('Redis store closed with a command in flight'));
     }
+    this.wakeIdle();
+  }
+
+  private wakeIdle(): void {
+    const waiters = this.idleWaiters;
+    if (waiters.length === 0) return;
+    this.idleWaiters = [];
+    for (const resolve of waiters) resolve();
   }
 
   private watch(promise: Promise<unknown>, what: string): Promise<unknown> {
@@ -426,6 +453,9 @@ export class CommandRunner {
     if (head === watches.length) {
       watches.length = 0;
       head = 0;
+      this.head = 0;
+      this.wakeIdle();
+      return;
     } else if (head >= 1024 && head * 2 >= watches.length) {
       // Answers out of order (a slow command at the head): compact now and then.
       watches.splice(0, head);

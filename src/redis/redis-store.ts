@@ -465,6 +465,9 @@ export class RedisStore implements Store {
     this.subscriber = undefined;
     subscriber?.disconnect();
     this.flush();
+    // Recounts, refunds and adjustments in flight land first (each within the command timeout):
+    // rejected here, they would still run in Redis, but as failures reported to their callers.
+    await this.runner.settled();
     this.runner.abandon();
     if (this.ownsClient) await this.runner.quit();
   }

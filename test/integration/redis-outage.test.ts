@@ -220,6 +220,27 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
     await gate.close();
   }, 30_000);
 
+  // Found by review (session 16): close() rejected the recount each window call sends when it
+  // settles, still in flight, and the gate reported the store down though Redis was healthy.
+  it('closing a healthy gate reports no outage, and the recounts in flight land', async () => {
+    const server = new DedicatedRedis(await freePort());
+    servers.push(server);
+    await server.start();
+    for (const algorithm of ['fixed-window', 'sliding-window', 'sliding-log'] as const) {
+      const gate = createSharedGate({
+        redis: server.url,
+        keyPrefix: `close-${algorithm}`,
+        limits: [{ algorithm, limit: 10, intervalMs: 1000 }],
+        failure: 'fail-closed',
+      });
+      const down: string[] = [];
+      gate.onStoreDown((event) => down.push(String(event.error)));
+      await gate.schedule(() => {});
+      await gate.close();
+      expect({ algorithm, down }).toEqual({ algorithm, down: [] });
+    }
+  }, 30_000);
+
   it('a bucket reserve given up on and run later gives its take back when it is the latest', async () => {
     const server = new DedicatedRedis(await freePort());
     servers.push(server);
