@@ -2301,6 +2301,7 @@ function toTollgate(error: unknown): Error & { code: string } {
  * @example
  * const gate = createSharedGate({ redis: 'redis://127.0.0.1:6379', limits: [windowSafe(60, 1000)] });
  * await gate.schedule(() => fetch(url));
+ * await gate.close(); // its Redis connection keeps the process up until then
  */
 export function createSharedGate(options: SharedGateOptions): SharedGate {
   return new SharedGate(options);

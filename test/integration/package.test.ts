@@ -127,10 +127,12 @@ console.log(JSON.stringify(checks));
     expect(stdout).toContain('0.25');
   }, 60_000);
 
-  it('npm pack ships the build, the README and the LICENSE, and nothing else', async () => {
+  it('npm pack ships the build, the README, the docs and the LICENSE, and nothing else', async () => {
     // The package's own files next to this build, as \`npm pack\` would see them after \`prepack\`.
     const pkg = join(scratch, 'pack');
     for (const file of ['package.json', 'README.md', 'LICENSE']) cpSync(join(root, file), join(pkg, file));
+    // The README links to docs/*.md: they ship too (not docs/api, generated).
+    cpSync(join(root, 'docs'), join(pkg, 'docs'), { recursive: true });
     cpSync(out, join(pkg, 'dist'), { recursive: true });
     const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], {
       cwd: pkg,
@@ -150,8 +152,16 @@ console.log(JSON.stringify(checks));
         'dist/cli.js',
       ]),
     );
+    expect(paths).toEqual(
+      expect.arrayContaining(['docs/decisions.md', 'docs/providers.md', 'docs/algorithms.md']),
+    );
     expect(
-      paths.filter((p) => !p.startsWith('dist/') && !['LICENSE', 'README.md', 'package.json'].includes(p)),
+      paths.filter(
+        (p) =>
+          !p.startsWith('dist/') &&
+          !/^docs\/[^/]+\.md$/.test(p) &&
+          !['LICENSE', 'README.md', 'package.json'].includes(p),
+      ),
     ).toEqual([]);
     expect(paths.filter((p) => p.endsWith('.map'))).toEqual([]);
     expect(packed.unpackedSize).toBeLessThan(3_000_000);
