@@ -12,6 +12,7 @@
  *   {tollgate:<h(partition)>}:L:<h(scope)|->:<id>     a learned limit's state
  *   {tollgate:<h(partition)>}:q:<h(scope)|->          the gate holding its probe (a random id), TTL 2 s
  *   tollgate:pause                                     pub/sub channel announcing pauses
+ *   {tollgate}:probe                                   the recovery probe's write, TTL 1 s
  */
 import { createHash } from 'node:crypto';
 

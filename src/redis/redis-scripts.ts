@@ -1236,6 +1236,16 @@ return 0
 `;
 
 /** Server time, for the gate's clock offset and for health probes. Reply: now (ms). */
+/**
+ * The recovery probe: a write (a short-lived key), so a server that answers reads but refuses
+ * writes (maxmemory with noeviction, a read-only replica) still counts as down.
+ * KEYS: the probe key. Reply: 1.
+ */
+export const WRITABLE_LUA = `
+redis.call('SET', KEYS[1], '1', 'PX', 1000)
+return 1
+`;
+
 export const TIME_LUA = `
 local t = redis.call('TIME')
 return string.format('%.17g', tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000)

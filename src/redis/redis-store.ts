@@ -33,6 +33,7 @@ import {
   RESERVE_BUCKETS_LUA,
   RESERVE_LUA,
   TIME_LUA,
+  WRITABLE_LUA,
 } from './redis-scripts.js';
 import type {
   LearnOptions,
@@ -105,6 +106,7 @@ const scripts = {
   claimProbe: loadedScript('claimProbe', CLAIM_PROBE_LUA),
   releaseProbe: loadedScript('releaseProbe', RELEASE_PROBE_LUA),
   time: loadedScript('time', TIME_LUA),
+  writable: loadedScript('writable', WRITABLE_LUA),
 };
 
 /** A level's key suffix and its static script arguments, computed once per level object. */
@@ -442,6 +444,11 @@ export class RedisStore implements Store {
   /** `learn` at an explicit now (tests). */
   learnAt(partition: string, spec: LimitSpec, now: number, options?: LearnOptions): Promise<boolean> {
     return this.learnWith(String(now), partition, spec, options);
+  }
+
+  async writable(): Promise<void> {
+    this.checkOpen();
+    await this.runner.evalsha(scripts.writable, 1, [`{${this.keyPrefix}}:probe`]);
   }
 
   async time(): Promise<number> {

@@ -1953,9 +1953,9 @@ export class SharedGate {
     if (this.closed) return;
     this.probeTimer = this.clock.setTimeout(() => {
       this.probeTimer = undefined;
-      let answer: MaybePromise<number>;
+      let answer: MaybePromise<unknown>;
       try {
-        answer = this.store.time();
+        answer = this.store.writable ? this.store.writable() : this.store.time();
       } catch {
         this.probe();
         return;

@@ -232,8 +232,14 @@ export interface Store {
   releaseProbe?(partition: string, holder: string, scope?: string): MaybePromise<void>;
   /** How long a learned limit lasts unless learned again (ms); a gate re-learns well within it. */
   readonly learnedTtlMs?: number;
-  /** The store's clock (ms); for Redis one round trip (a health probe). */
+  /** The store's clock (ms); for Redis one round trip. */
   time(): MaybePromise<number>;
+  /**
+   * Answers once the store can record decisions again (a shared gate's recovery probe): for Redis
+   * a write, so a server that answers but refuses writes (out of memory, a read-only replica) stays
+   * down. Optional: without it the gate probes with `time()`.
+   */
+  writable?(): MaybePromise<void>;
   /** Release connections the store opened (not a client passed in). */
   close(): MaybePromise<void>;
 }

@@ -241,6 +241,40 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
     }
   }, 30_000);
 
+  // Found by review (session 16): the recovery probe read the server's time, which a server out of
+  // memory still answers; the gate came up, the next reserve failed, and down/up alternated every
+  // probe (41 events in 2 s) while every call was refused.
+  it('a server that answers but refuses writes stays down until it takes writes again', async () => {
+    const server = new DedicatedRedis(await freePort());
+    servers.push(server);
+    await server.start();
+    const gate = createSharedGate({
+      redis: server.url,
+      keyPrefix: 'oom',
+      limits: [{ algorithm: 'token-bucket', limit: 1000, intervalMs: 1000 }],
+      failure: 'fail-closed',
+      recoveryProbeMs: 50,
+    });
+    const events: string[] = [];
+    gate.onStoreDown(() => events.push('down'));
+    gate.onStoreUp(() => events.push('up'));
+    await gate.schedule(() => {});
+    const admin = new Redis(server.url);
+    await admin.config('SET', 'maxmemory-policy', 'noeviction');
+    await admin.config('SET', 'maxmemory', '1');
+    for (let i = 0; i < 30; i++) {
+      await gate.schedule(() => {}).catch(() => {});
+      await sleep(20);
+    }
+    expect(events).toEqual(['down']);
+    await admin.config('SET', 'maxmemory', '0');
+    await sleep(300);
+    expect(events).toEqual(['down', 'up']);
+    expect(await gate.schedule(() => 'back')).toBe('back');
+    admin.disconnect();
+    await gate.close();
+  }, 30_000);
+
   it('a bucket reserve given up on and run later gives its take back when it is the latest', async () => {
     const server = new DedicatedRedis(await freePort());
     servers.push(server);
