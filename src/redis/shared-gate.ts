@@ -128,6 +128,8 @@ const OFFSET_SAMPLE_MS = 5_000;
 const LEARN_REFRESH_MS = 60_000;
 // Partitions of a gate with gate-wide limits all live under this store partition (one hash slot).
 const GATE_PARTITION = '~gate';
+/** The abort reason of a call taken back from the local fallback (see returnFromFallback). */
+const RETURNED = Symbol('returned to the store');
 const DEFAULT_KEY = '~default';
 
 interface KeyInfo {
@@ -389,6 +391,18 @@ export class SharedGate {
   private inFlight = 0;
   /** Calls handed to the local fallback that it has not started yet. */
   private fallbackQueued = 0;
+  /**
+   * Those calls, each with what takes it back out of the fallback: when the store answers again
+   * they return to it (left there, they would drain at the local share on top of the whole quota
+   * the store grants from then on).
+   */
+  private readonly inFallbackQueue = new Map<SharedCall, AbortController>();
+  /**
+   * Calls running in the fallback on a gate with concurrency limits, with the store's permits they
+   * take when it answers again (until they finish, the store must count them: it would otherwise
+   * grant every permit to new calls while these still run).
+   */
+  private readonly runningInFallback = new Map<SharedCall, { permits?: StoreReservation; done: boolean }>();
   /**
    * Calls holding a budget reservation, counted from the reserve's request until the ledger has
    * answered its settle or release (an async inspection, or a Redis round trip, ends after the
@@ -1761,7 +1775,10 @@ export class SharedGate {
     this.settle(call, throttledError(verdict, call, adapt.maxRetryAfterMs, inspection.status), false);
   }
 
-  /** A throttled call goes back to reserve again (it pays quota again, after the pause). */
+  /**
+   * A throttled call goes back to reserve again (it pays quota again, after the pause); so does a
+   * call taken back from the fallback.
+   */
   private requeue(call: SharedCall): void {
     if (call.signal?.aborted) {
       this.settleBudget(call, 0);
@@ -1967,6 +1984,7 @@ export class SharedGate {
           this.up = true;
           this.storeUpEvents.emit({ downForMs: this.clock.now() - this.downSince });
           this.catchUpStore();
+          this.returnFromFallback();
         },
         () => this.probe(),
       );
@@ -2027,6 +2045,7 @@ export class SharedGate {
    */
   private catchUpStore(): void {
     this.chargeFallbackUsage();
+    this.permitsForFallbackCalls();
     const refunds = this.unrefunded;
     this.unrefunded = [];
     for (const reservation of refunds) this.refundUntimed(reservation);
@@ -2043,6 +2062,44 @@ export class SharedGate {
         );
       });
     }
+  }
+
+  /**
+   * The store answers again: each call still running in the fallback takes its concurrency permits
+   * there, given back when it finishes (see `runningInFallback`). A limit already full keeps none.
+   */
+  private permitsForFallbackCalls(): void {
+    for (const [call, entry] of this.runningInFallback) {
+      const costs = call.costs.map((cost, i) => (call.info.untimed.includes(i) ? cost : 0));
+      if (costs.every((c) => c === 0)) continue;
+      quietly(
+        () => {
+          const decision = this.store.reserve(call.info.partition, call.info.levels, costs, 0, {
+            scope: call.info.scope,
+          });
+          settleValue(
+            decision,
+            (d) => {
+              if (!d.ok) return;
+              if (entry.done) this.refundUntimed(d);
+              else entry.permits = d;
+            },
+            () => {},
+          );
+          return decision;
+        },
+        (error) => this.storeFailed(error),
+      );
+    }
+  }
+
+  /** A call that ran in the fallback finished: the permits it took in the store go back. */
+  private leftFallbackRun(call: SharedCall): void {
+    const entry = this.runningInFallback.get(call);
+    if (entry === undefined) return;
+    this.runningInFallback.delete(call);
+    entry.done = true;
+    if (entry.permits !== undefined) this.refundUntimed(entry.permits);
   }
 
   /** Give back a finished call's permits; kept for the store's recovery when it is down. */
@@ -2097,6 +2154,17 @@ export class SharedGate {
     );
   }
 
+  /**
+   * The store answers again: the calls the fallback has not started go back to the store, in their
+   * order (the fallback refuses them as aborted, and `toFallback` hands them back to `submit`).
+   */
+  private returnFromFallback(): void {
+    if (this.inFallbackQueue.size === 0) return;
+    const waiting = [...this.inFallbackQueue.values()];
+    this.inFallbackQueue.clear();
+    for (const back of waiting) back.abort(RETURNED);
+  }
+
   /** `local`: the call goes through the in-memory gate holding `localShare` of the quota. */
   private toFallback(call: SharedCall): void {
     call.state = 'running';
@@ -2104,13 +2172,17 @@ export class SharedGate {
     this.fallbackCalls++;
     // Queued in the fallback until it starts the call: counted as queued here until then.
     this.fallbackQueued++;
+    const back = new AbortController();
+    this.inFallbackQueue.set(call, back);
     let sent = false;
     let seen: Inspection | undefined;
     const fn = () => {
       if (!sent) {
         this.fallbackQueued--;
+        this.inFallbackQueue.delete(call);
         this.started++;
         this.inFlight++;
+        if (call.info.untimed.length > 0) this.runningInFallback.set(call, { done: false });
       }
       sent = true;
       // Started by the fallback after the store came back: counted there too.
@@ -2127,7 +2199,7 @@ export class SharedGate {
       maxQueueTimeMs: Math.max(0, call.deadline - this.clock.now()),
       ...(call.info.key === undefined ? {} : { key: call.info.key }),
       ...(call.cost === undefined ? {} : { cost: call.cost }),
-      ...(call.signal === undefined ? {} : { signal: call.signal }),
+      signal: call.signal === undefined ? back.signal : AbortSignal.any([call.signal, back.signal]),
       ...(inspect === undefined
         ? {}
         : {
@@ -2146,11 +2218,19 @@ export class SharedGate {
     this.fallback!.schedule(fn, options).then(
       (value) => {
         this.leftFallback(sent);
+        this.leftFallbackRun(call);
         this.settleBudget(call, seen?.actualPriceMicros ?? call.priceMicros);
         this.settle(call, value, true);
       },
       (error: unknown) => {
         this.leftFallback(sent);
+        this.leftFallbackRun(call);
+        this.inFallbackQueue.delete(call);
+        if (!sent && back.signal.aborted && !this.closed) {
+          // Taken back (the store answers again): asked of the store, with the budget it holds.
+          this.requeue(call);
+          return;
+        }
         const rateLimited = error instanceof RateLimitedError;
         if (!sent) this.releaseBudget(call);
         else this.settleBudget(call, rateLimited ? (seen?.actualPriceMicros ?? 0) : call.priceMicros);

@@ -137,9 +137,10 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
     expect(stats.fallbackCalls).toBeGreaterThan(10);
     const down = events.find((e) => e.kind === 'down')!;
     const up = events.find((e) => e.kind === 'up')!;
-    // Calls admitted locally were held to half the limit: 25/s, 40 ms apart.
+    // Calls admitted locally were held to half the limit: 25/s, 40 ms apart. (Those the fallback had
+    // not started when the store came back went back to it.)
     const local = runs
-      .filter((r) => r.scheduledAt > down.at + 5 && r.scheduledAt < up.at - 5)
+      .filter((r) => r.scheduledAt > down.at + 5 && r.startedAt! < up.at - 5)
       .map((r) => r.startedAt!)
       .sort((a, b) => a - b);
     // (The in-memory gate credits a timer up to 4 ms late to a bucket, so one gap may be that short.)
@@ -272,6 +273,93 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
     expect(events).toEqual(['down', 'up']);
     expect(await gate.schedule(() => 'back')).toBe('back');
     admin.disconnect();
+    await gate.close();
+  }, 30_000);
+
+  // Found by review (session 16): calls queued in the local fallback when Redis came back stayed
+  // there and drained at the local share, on top of the whole quota the store granted from then
+  // on: 13-14 starts a second against a limit of 10 for seconds after the recovery.
+  it('local: calls still queued in the fallback when the store answers again go back to it', async () => {
+    const server = new DedicatedRedis(await freePort());
+    servers.push(server);
+    await server.start();
+    const gate = createSharedGate({
+      redis: server.url,
+      keyPrefix: 'back',
+      limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+      failure: 'local',
+      localShare: 0.5,
+      commandTimeoutMs: 100,
+      recoveryProbeMs: 100,
+      arrivalMarginMs: 0,
+      maxQueueTimeMs: 30_000,
+    });
+    let upAt = Number.POSITIVE_INFINITY;
+    gate.onStoreUp(() => {
+      upAt = performance.now();
+    });
+    const starts: number[] = [];
+    const calls: Promise<unknown>[] = [];
+    const t0 = performance.now();
+    const outage = (async () => {
+      await sleep(400);
+      await server.stop();
+      await sleep(1_000);
+      await server.start();
+    })();
+    while (performance.now() - t0 < 2_000) {
+      calls.push(gate.schedule(() => void starts.push(performance.now())));
+      await sleep(33);
+    }
+    await outage;
+    const outcomes = await Promise.allSettled(calls);
+    expect(outcomes.filter((o) => o.status === 'rejected')).toEqual([]);
+    expect(upAt).toBeLessThan(Number.POSITIVE_INFINITY);
+    // After the recovery, at most the limit in any second (one more for a start on the edge).
+    const after = starts.filter((at) => at >= upAt).sort((a, b) => a - b);
+    let most = 0;
+    for (let i = 0, j = 0; i < after.length; i++) {
+      while (after[i]! - after[j]! >= 1_000) j++;
+      most = Math.max(most, i - j + 1);
+    }
+    expect(after.length).toBeGreaterThan(10);
+    expect(most).toBeLessThanOrEqual(11);
+    await gate.close();
+  }, 30_000);
+
+  // Found by review (session 16): calls running in the local fallback when Redis came back held
+  // no permits in the store, which granted all of them to new calls: 6 ran against a limit of 4.
+  it('local: calls running in the fallback hold their concurrency permits in the store once it answers', async () => {
+    const server = new DedicatedRedis(await freePort());
+    servers.push(server);
+    await server.start();
+    const gate = createSharedGate({
+      redis: server.url,
+      keyPrefix: 'conc',
+      limits: [{ algorithm: 'concurrency', limit: 4 }],
+      failure: 'local',
+      localShare: 0.5,
+      commandTimeoutMs: 100,
+      recoveryProbeMs: 100,
+    });
+    let running = 0;
+    let most = 0;
+    const job = (ms: number) =>
+      gate.schedule(async () => {
+        most = Math.max(most, ++running);
+        await sleep(ms);
+        running--;
+      });
+    await gate.schedule(() => {});
+    await server.stop();
+    const jobs = [0, 1, 2, 3].map(() => job(2_500));
+    await sleep(300);
+    await server.start();
+    await sleep(600);
+    expect(gate.stats().storeUp).toBe(true);
+    jobs.push(...[0, 1, 2, 3].map(() => job(500)));
+    await Promise.all(jobs);
+    expect(most).toBeLessThanOrEqual(4);
     await gate.close();
   }, 30_000);
 
