@@ -648,11 +648,14 @@ export class RedisStore implements Store {
    * a bucket gives back only its latest take (see `refund`), the rest is spent as if sent.
    */
   private undoLate(batch: readonly Queued[], reply: unknown): void {
+    const granted: StoreReservation[] = [];
     const undo = (decision: StoreDecision | Promise<StoreDecision>): void => {
-      if (!(decision instanceof Promise) && decision.ok) this.refund(decision).catch(() => {});
+      if (!(decision instanceof Promise) && decision.ok) granted.push(decision);
     };
     const shadows = batch.map((q): Queued => ({ ...q, resolve: undo, reject: () => {}, general: false }));
     this.split(shadows, reply as (string | number)[], true);
+    // Latest first: each is then its bucket's latest take, which a refund gives back.
+    for (let i = granted.length - 1; i >= 0; i--) this.refund(granted[i]!).catch(() => {});
   }
 
   /** The one-call bucket script's arguments. */

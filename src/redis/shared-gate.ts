@@ -237,6 +237,8 @@ interface SharedCall extends HeapEntry {
   attempt: number;
   /** The reservation's start on the store's clock (replanning order). */
   storeStartAt: number;
+  /** Order in which the store's answers granted reservations (its takes' order, one connection). */
+  takenSeq: number;
   /** Gate clock when the reservation was sent (for the clock offset). */
   sentAt: number;
   /** Times this call gave back a slot it reached too late. */
@@ -345,6 +347,10 @@ export class SharedGate {
   private prioritized = false;
   /** Calls whose slot, reserved ahead before the gate saw priorities, goes back this tick. */
   private returning: SharedCall[] | undefined = undefined;
+  /** Calls that reached their slot too late in this tick (see `startOrReserveAgain`). */
+  private late: SharedCall[] | undefined = undefined;
+  /** Reservations granted so far (see `SharedCall.takenSeq`). */
+  private takes = 0;
   /**
    * The gate-wide line (see `waitInLine`): window calls on gate-wide levels held by them, in
    * priority and then schedule order from `lineFirst`, and the one that speaks for them at the store.
@@ -549,6 +555,7 @@ export class SharedGate {
         state: 'reserving',
         attempt: 0,
         storeStartAt: 0,
+        takenSeq: 0,
         sentAt: 0,
         lateReserves: 0,
         at: 0,
@@ -925,6 +932,7 @@ export class SharedGate {
     }
     call.reservation = d;
     call.storeStartAt = d.startAt;
+    call.takenSeq = ++this.takes;
     if (d.learned.length > 0) {
       call.info.learnedWindows = true;
       // Another gate's probe taught the limits this reservation is counted in: no need to wait for
@@ -1008,9 +1016,22 @@ export class SharedGate {
     ) {
       call.lateReserves++;
       this.lateReserves++;
-      if (call.reservation !== undefined) this.giveBack(call.reservation);
-      call.reservation = undefined;
-      this.submit(call);
+      // Reserving again: it keeps its turn until that answer, as before.
+      call.state = 'reserving';
+      // The late calls of one tick (a batch's answers, a slow first answer) give their slots back
+      // together, latest first: a bucket gives back only its latest take, so in answer order all
+      // but the last refund would find a later take and give nothing (1 of 10 cold calls started).
+      if (this.late === undefined) {
+        this.late = [];
+        queueMicrotask(() => {
+          const calls = this.late ?? [];
+          this.late = undefined;
+          this.giveBackLatestFirst(calls);
+          calls.sort((a, b) => (goesBefore(a, b) ? -1 : 1));
+          for (const c of calls) if (c.state === 'reserving') this.submit(c);
+        });
+      }
+      this.late.push(call);
       return;
     }
     this.start(call, now);
@@ -1073,7 +1094,8 @@ export class SharedGate {
    * its level's latest take (exact for buckets).
    */
   private giveBackLatestFirst(calls: SharedCall[]): void {
-    calls.sort((a, b) => b.storeStartAt - a.storeStartAt);
+    // Takes at the same start (a full bucket's burst) in reverse of the order they were granted.
+    calls.sort((a, b) => b.storeStartAt - a.storeStartAt || b.takenSeq - a.takenSeq);
     for (const call of calls) {
       if (call.reservation !== undefined) this.giveBack(call.reservation);
       call.reservation = undefined;

@@ -566,7 +566,11 @@ describe('shared gate on a memory store', () => {
     // Another process reserves the slot after a's second.
     const third = other.schedule(() => starts.push(['b', clock.now() - T0]));
     await flush();
-    clock.advance(1000);
+    // In steps, with the promise jobs of each between them (as between timers on a real clock).
+    for (let i = 0; i < 100; i++) {
+      clock.advance(10);
+      await flush();
+    }
     await Promise.all([first, second, third]);
     // a's second slot (100 ms) was reached at 130 ms: it did not start there (so close to b's slot at
     // 200 ms), but took the next slot after b's.

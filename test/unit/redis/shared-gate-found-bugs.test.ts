@@ -103,3 +103,44 @@ it('a call refused while the store is down gets its concurrency permit back in t
   expect(ran).toBe(true);
   await gate.close();
 });
+
+// Found by review and diagnosed (session 16): a burst whose answers came late (a cold connection:
+// the store decided at the end of a long round trip, so the clock estimate put the starts half a
+// round trip in the past) gave its slots back in answer order. A bucket gives back only its latest
+// take, so 9 of 10 refunds gave nothing, and 1 call of a full burst of 10 started; 11 were refused.
+it('calls of one burst that reached their slots late give them back latest first, and all start', async () => {
+  const clock = new ManualClock(T0);
+  const memory = new MemoryStore({ clock });
+  const store = Object.create(memory) as MemoryStore;
+  // Every reservation is decided 30 ms after it was asked (at the end of the round trip).
+  (store as unknown as Record<string, unknown>)['reserve'] = (...args: unknown[]) =>
+    new Promise((resolve) =>
+      clock.setTimeout(
+        () => resolve((memory.reserve as (...a: unknown[]) => unknown).apply(memory, args)),
+        30,
+      ),
+    );
+  const gate = createSharedGate({
+    store,
+    clock,
+    arrivalMarginMs: 0,
+    maxQueueTimeMs: 1_000,
+    limits: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 2000, burst: 10 }],
+  });
+  const starts: number[] = [];
+  const calls = Array.from({ length: 10 }, () =>
+    gate.schedule(() => {
+      starts.push(clock.now() - T0);
+    }),
+  );
+  for (let i = 0; i < 40 && starts.length < 10; i++) {
+    clock.advance(10);
+    await flush();
+  }
+  await Promise.all(calls);
+  expect(gate.stats().lateReserves).toBeGreaterThan(0);
+  // The whole burst starts within a few round trips (a lost token would cost 200 ms each).
+  expect(starts).toHaveLength(10);
+  expect(Math.max(...starts)).toBeLessThan(150);
+  await gate.close();
+});
