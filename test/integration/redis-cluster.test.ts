@@ -106,7 +106,7 @@ describe.skipIf(skip !== false)('redis store on a cluster: scripts on every prim
       const shas = await Promise.all(
         nodes().map((node) => node.script('EXISTS', ...storeShas) as Promise<number[]>),
       );
-      expect(storeShas).toHaveLength(12);
+      expect(storeShas).toHaveLength(13);
       for (const exists of shas) expect(exists).toEqual(storeShas.map(() => 1));
     } finally {
       await store.close();
