@@ -14,8 +14,9 @@ export function countsWindow(algorithm: string): boolean {
 
 /**
  * `state` of the window limit `core` with a call of `cost`, taken at `startAt`, counted where its
- * response (at `now`) puts it instead: `min(now, startAt + max(marginMs, intervalMs / 10))`.
- * Answers `state` itself when that is no later than `startAt`.
+ * response (at `now`) puts it instead: `min(now, startedAt + max(marginMs, intervalMs / 10))`, where
+ * `startedAt` is when the call really started (no earlier than `startAt`; a shared gate may start a
+ * window call after its reserved start). Answers `state` itself when that is no later than `startAt`.
  */
 export function recountState<S>(
   core: LimitCore<S>,
@@ -24,22 +25,25 @@ export function recountState<S>(
   startAt: number,
   marginMs: number,
   now: number,
+  startedAt = startAt,
 ): S {
-  const at = recountAtMs(core, startAt, marginMs, now);
+  const at = recountAtMs(core, startAt, marginMs, now, startedAt);
   if (!(at > startAt)) return state;
   return core.take(core.refund(state, cost, startAt, now), cost, at);
 }
 
 /**
- * Where `recountState` counts a call of the window limit `core` taken at `startAt` whose response
- * came at `now`: `min(now, startAt + max(marginMs, intervalMs / 10))`, or `startAt` when that is no
- * later. A later refund or charge of the same call applies there.
+ * Where `recountState` counts a call of the window limit `core` taken at `startAt`, started at
+ * `startedAt` and answered at `now`: `min(now, max(startAt, startedAt) + max(marginMs, intervalMs /
+ * 10))`, or `startAt` when that is no later. A later refund or charge of the same call applies there.
  */
 export function recountAtMs(
   core: Pick<LimitCore, 'spec'>,
   startAt: number,
   marginMs: number,
   now: number,
+  startedAt = startAt,
 ): number {
-  return Math.max(startAt, Math.min(now, startAt + Math.max(marginMs, core.spec.intervalMs / 10)));
+  const from = startedAt > startAt ? startedAt : startAt;
+  return Math.max(startAt, Math.min(now, from + Math.max(marginMs, core.spec.intervalMs / 10)));
 }

@@ -16,7 +16,7 @@ import type {
   StorePauseEvent,
   StoreReservation,
 } from './store.js';
-import { ownWaitOf, seedAge, waitBoundOf } from './store.js';
+import { ownWaitOf, seedAge, startedAtOf, waitBoundOf } from './store.js';
 
 export interface MemoryStoreOptions {
   /** Time source (ms). @default systemClock */
@@ -402,13 +402,14 @@ export class MemoryStore implements Store {
     this.dropIfEmpty(reservation.partition, p, now);
   }
 
-  recount(reservation: StoreReservation, marginMs: number): void {
-    this.recountAt(reservation, marginMs, this.clock.now());
+  recount(reservation: StoreReservation, marginMs: number, startedAt?: number): void {
+    this.recountAt(reservation, marginMs, this.clock.now(), startedAt);
   }
 
-  recountAt(reservation: StoreReservation, marginMs: number, now: number): void {
+  recountAt(reservation: StoreReservation, marginMs: number, now: number, startedAt?: number): void {
     if (typeof marginMs !== 'number' || !(marginMs >= 0))
       throw invalid('marginMs', 'a number >= 0', marginMs);
+    const from = startedAtOf(reservation, startedAt);
     if (!claimRecount(reservation)) return;
     const p = this.partitionOf(reservation.partition);
     const { levels, costs, startAt } = reservation;
@@ -421,7 +422,7 @@ export class MemoryStore implements Store {
       // A state dropped as idle (prune, as a TTL in Redis) is the initial one: the call is still
       // counted where its response puts it.
       const state = p.states.get(name) ?? core.initial(now);
-      this.put(p, name, core, recountState(core, state, cost, startAt, marginMs, now), now);
+      this.put(p, name, core, recountState(core, state, cost, startAt, marginMs, now, from), now);
     }
     // Learned limits are windows (sliding logs): the same move, while the limit is still known.
     const learned = p.learned.get(reservation.scope);
@@ -430,7 +431,7 @@ export class MemoryStore implements Store {
       if (entry === undefined || cost === 0 || !countsWindow(entry.core.spec.algorithm)) continue;
       const name = `L:${reservation.scope}:${id}`;
       const state = p.states.get(name) ?? entry.core.initial(now);
-      this.put(p, name, entry.core, recountState(entry.core, state, cost, startAt, marginMs, now), now);
+      this.put(p, name, entry.core, recountState(entry.core, state, cost, startAt, marginMs, now, from), now);
     }
     this.dropIfEmpty(reservation.partition, p, now);
   }
@@ -439,8 +440,9 @@ export class MemoryStore implements Store {
     reservation: StoreReservation,
     units: Readonly<Record<string, number>>,
     recountMarginMs?: number,
+    startedAt?: number,
   ): void {
-    this.adjustAt(reservation, units, recountMarginMs, this.clock.now());
+    this.adjustAt(reservation, units, recountMarginMs, this.clock.now(), startedAt);
   }
 
   adjustAt(
@@ -448,10 +450,12 @@ export class MemoryStore implements Store {
     units: Readonly<Record<string, number>>,
     recountMarginMs: number | undefined,
     now: number,
+    startedAt?: number,
   ): void {
+    const from = startedAtOf(reservation, startedAt);
     if (!claimAdjust(reservation, units, recountMarginMs)) return;
     // Recounted first (unless it was): what it used beyond the estimate goes where the estimate goes.
-    if (recountMarginMs !== undefined) this.recountAt(reservation, recountMarginMs, now);
+    if (recountMarginMs !== undefined) this.recountAt(reservation, recountMarginMs, now, from);
     const p = this.partitionOf(reservation.partition);
     const startAt = reservation.startAt;
     const settle = (core: LimitCore, name: string, cost: number, mark: string | number) => {
@@ -460,7 +464,7 @@ export class MemoryStore implements Store {
       const recounted = recountMarginMs !== undefined && countsWindow(core.algorithm);
       const delta = adjustment(ownUnits(units, core.unit), cost, core.capacity, recounted);
       if (delta === 0) return;
-      const at = recounted ? recountAtMs(core, startAt, recountMarginMs!, now) : startAt;
+      const at = recounted ? recountAtMs(core, startAt, recountMarginMs!, now, from) : startAt;
       const state = p.states.get(name);
       if (delta > 0) {
         this.put(p, name, core, core.take(state ?? core.initial(now), delta, at), now);

@@ -1004,8 +1004,9 @@ return fmt(now)
  *
  * KEYS: the window levels' state keys (k, only those the reservation charged), then the scope's
  *   meta hash when learned limits follow.
- * ARGV: nowOverride, minTtlMs, marginMs, startAt, k, then 5 values per level (algo, limit,
- *   intervalMs, burst, cost), then (id, cost) per learned level.
+ * ARGV: nowOverride, minTtlMs, marginMs, startAt, k, startedAt (when the call really started, no
+ *   earlier than startAt), then 5 values per level (algo, limit, intervalMs, burst, cost), then
+ *   (id, cost) per learned level.
  * Reply: now.
  */
 export const RECOUNT_LUA = `${LIMITS_LUA}
@@ -1013,11 +1014,13 @@ local now = serverNow(ARGV[1])
 MIN_TTL = tonumber(ARGV[2])
 local margin, startAt = tonumber(ARGV[3]), tonumber(ARGV[4])
 local k = tonumber(ARGV[5])
+local from = tonumber(ARGV[6])
+if from < startAt then from = startAt end
 local function move(L, cost)
-  -- core/recount.ts recountState: min(now, startAt + max(marginMs, intervalMs / 10))
+  -- core/recount.ts recountState: min(now, max(startAt, startedAt) + max(marginMs, intervalMs / 10))
   local cap = L.I / 10
   if margin > cap then cap = margin end
-  local at = startAt + cap
+  local at = from + cap
   if now < at then at = now end
   if at > startAt then
     -- A state gone idle (its TTL ran out before the response came) is the initial one: the call
@@ -1031,13 +1034,13 @@ local function move(L, cost)
   end
 end
 for i = 1, k do
-  local a = 5 + (i - 1) * 5
+  local a = 6 + (i - 1) * 5
   local cost = tonumber(ARGV[a + 5])
   move(level(ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), cost, KEYS[i]), cost)
 end
 if #KEYS > k then
   local tag, scope = string.match(KEYS[k + 1], '^(.*):m:([^:]*)$')
-  for b = 5 + k * 5, #ARGV - 1, 2 do
+  for b = 6 + k * 5, #ARGV - 1, 2 do
     local lid, cost = ARGV[b + 1], tonumber(ARGV[b + 2])
     local spec = redis.call('HGET', KEYS[k + 1], 'l:' .. lid)
     if spec then
@@ -1060,7 +1063,7 @@ return fmt(now)
  * KEYS: the levels' state keys (k, those with something to settle), then the scope's meta hash when
  *   learned levels follow.
  * ARGV: nowOverride, minTtlMs, startAt, marginMs ('' = none), k, units used ('unit count ...',
- *   URI-encoded units), then 7 values per level (algo, limit, intervalMs, burst, units to take (> 0)
+ *   URI-encoded units), startedAt (see RECOUNT_LUA), then 7 values per level (algo, limit, intervalMs, burst, units to take (> 0)
  *   or give back (< 0), mark, '1' to take where a recount puts the call), then (id, cost, mark) per
  *   learned level.
  * Reply: now.
@@ -1071,13 +1074,15 @@ MIN_TTL = tonumber(ARGV[2])
 local startAt = tonumber(ARGV[3])
 local margin = tonumber(ARGV[4])
 local k = tonumber(ARGV[5])
+local from = tonumber(ARGV[7])
+if from < startAt then from = startAt end
 local function settle(L, delta, mark, recounted)
   local at = startAt
   if recounted then
-    -- core/recount.ts recountAtMs: max(startAt, min(now, startAt + max(marginMs, intervalMs / 10)))
+    -- core/recount.ts recountAtMs: max(startAt, min(now, max(startAt, startedAt) + max(marginMs, intervalMs / 10)))
     local cap = L.I / 10
     if margin > cap then cap = margin end
-    at = startAt + cap
+    at = from + cap
     if now < at then at = now end
     if at < startAt then at = startAt end
   end
@@ -1088,7 +1093,7 @@ local function settle(L, delta, mark, recounted)
   end
 end
 for i = 1, k do
-  local a = 6 + (i - 1) * 7
+  local a = 7 + (i - 1) * 7
   local burst, capacity = burstArg(ARGV[a + 4])
   local L = level(ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), burst, 0, KEYS[i], capacity)
   settle(L, tonumber(ARGV[a + 5]), ARGV[a + 6], ARGV[a + 7] == '1')
@@ -1097,7 +1102,7 @@ if #KEYS > k then
   local used = {}
   for u, c in string.gmatch(ARGV[6], '(%S+) (%S+)') do used[u] = tonumber(c) end
   local tag, scope = string.match(KEYS[k + 1], '^(.*):m:([^:]*)$')
-  for b = 6 + k * 7, #ARGV - 1, 3 do
+  for b = 7 + k * 7, #ARGV - 1, 3 do
     local lid, cost, mark = ARGV[b + 1], tonumber(ARGV[b + 2]), ARGV[b + 3]
     local spec = redis.call('HGET', KEYS[k + 1], 'l:' .. lid)
     if spec then

@@ -45,7 +45,7 @@ import type {
   StorePauseEvent,
   StoreReservation,
 } from './store.js';
-import { ownWaitOf, seedAge, waitBoundOf } from './store.js';
+import { ownWaitOf, seedAge, startedAtOf, waitBoundOf } from './store.js';
 
 export interface RedisStoreOptions {
   /** An `ioredis` client (`Redis` or `Cluster`), or a URL such as `redis://127.0.0.1:6379`. */
@@ -378,20 +378,21 @@ export class RedisStore implements Store {
     return this.refundWith(String(now), reservation, which);
   }
 
-  recount(reservation: StoreReservation, marginMs: number): Promise<void> {
-    return this.recountWith('', reservation, marginMs);
+  recount(reservation: StoreReservation, marginMs: number, startedAt?: number): Promise<void> {
+    return this.recountWith('', reservation, marginMs, startedAt);
   }
 
-  recountAt(reservation: StoreReservation, marginMs: number, now: number): Promise<void> {
-    return this.recountWith(String(now), reservation, marginMs);
+  recountAt(reservation: StoreReservation, marginMs: number, now: number, startedAt?: number): Promise<void> {
+    return this.recountWith(String(now), reservation, marginMs, startedAt);
   }
 
   adjust(
     reservation: StoreReservation,
     units: Readonly<Record<string, number>>,
     recountMarginMs?: number,
+    startedAt?: number,
   ): Promise<void> {
-    return this.adjustWith('', reservation, units, recountMarginMs);
+    return this.adjustWith('', reservation, units, recountMarginMs, startedAt);
   }
 
   adjustAt(
@@ -399,8 +400,9 @@ export class RedisStore implements Store {
     units: Readonly<Record<string, number>>,
     recountMarginMs: number | undefined,
     now: number,
+    startedAt?: number,
   ): Promise<void> {
-    return this.adjustWith(String(now), reservation, units, recountMarginMs);
+    return this.adjustWith(String(now), reservation, units, recountMarginMs, startedAt);
   }
 
   pause(partition: string, untilMs: number, scope = ''): Promise<StorePause> {
@@ -953,14 +955,32 @@ export class RedisStore implements Store {
     );
   }
 
-  private recountWith(nowArg: string, reservation: StoreReservation, marginMs: number): Promise<void> {
+  private recountWith(
+    nowArg: string,
+    reservation: StoreReservation,
+    marginMs: number,
+    startedAt: number | undefined,
+  ): Promise<void> {
     if (typeof marginMs !== 'number' || !(marginMs >= 0))
       return Promise.reject(invalid('marginMs', 'a number >= 0', marginMs));
+    let from: number;
+    try {
+      from = startedAtOf(reservation, startedAt);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     if (!claimRecount(reservation)) return Promise.resolve();
     const { levels, costs } = reservation;
     // Only the window levels the call was charged on; nothing to send for the others.
     const keys: string[] = [];
-    const args: string[] = [nowArg, this.minTtlMs, String(marginMs), String(reservation.startAt), ''];
+    const args: string[] = [
+      nowArg,
+      this.minTtlMs,
+      String(marginMs),
+      String(reservation.startAt),
+      '',
+      String(from),
+    ];
     const tag = this.tagOf(reservation.partition);
     for (let i = 0; i < levels.length; i++) {
       const level = levels[i]!;
@@ -986,8 +1006,11 @@ export class RedisStore implements Store {
     reservation: StoreReservation,
     units: Readonly<Record<string, number>>,
     recountMarginMs: number | undefined,
+    startedAt: number | undefined,
   ): Promise<void> {
+    let from: number;
     try {
+      from = startedAtOf(reservation, startedAt);
       if (!claimAdjust(reservation, units, recountMarginMs)) return Promise.resolve();
     } catch (error) {
       return Promise.reject(error);
@@ -1004,6 +1027,7 @@ export class RedisStore implements Store {
       recountMarginMs === undefined ? '' : String(recountMarginMs),
       '',
       '',
+      String(from),
     ];
     for (let i = 0; i < levels.length; i++) {
       const level = levels[i]!;
@@ -1033,7 +1057,7 @@ export class RedisStore implements Store {
     const recount =
       recountMarginMs === undefined
         ? Promise.resolve()
-        : this.recountWith(nowArg, reservation, recountMarginMs);
+        : this.recountWith(nowArg, reservation, recountMarginMs, from);
     if (keys.length === 0) return recount;
     if (this.closed) return Promise.reject(new StoreUnavailableError('Redis store is closed'));
     const adjusted = this.runner.evalsha(scripts.adjust, keys.length, [...keys, ...args]);

@@ -239,6 +239,11 @@ interface SharedCall extends HeapEntry {
   storeStartAt: number;
   /** Order in which the store's answers granted reservations (its takes' order, one connection). */
   takenSeq: number;
+  /**
+   * When it started, on the store's clock (estimated): a window call may start after its reserved
+   * start (it does not reserve again when late), and its recount is capped from its real start.
+   */
+  startedStoreAt: number;
   /** Gate clock when the reservation was sent (for the clock offset). */
   sentAt: number;
   /** Times this call gave back a slot it reached too late. */
@@ -556,6 +561,7 @@ export class SharedGate {
         attempt: 0,
         storeStartAt: 0,
         takenSeq: 0,
+        startedStoreAt: 0,
         sentAt: 0,
         lateReserves: 0,
         at: 0,
@@ -1641,6 +1647,7 @@ export class SharedGate {
 
   private start(call: SharedCall, now: number): void {
     call.state = 'running';
+    call.startedStoreAt = Number.isNaN(this.offsetMs) ? call.storeStartAt : now + this.offsetMs;
     this.dequeued(call);
     if (this.startEvents.listeners)
       this.startEvents.emit({ key: call.info.key, waitedMs: now - call.enqueuedAt });
@@ -1704,7 +1711,7 @@ export class SharedGate {
     if (call.hasUntimed) this.refundUntimed(reservation);
     if (this.recounted(call, reservation)) {
       quietly(
-        () => this.store.recount(reservation, this.o.arrivalMarginMs),
+        () => this.store.recount(reservation, this.o.arrivalMarginMs, call.startedStoreAt),
         (error) => this.storeFailed(error),
       );
     }
@@ -1727,7 +1734,7 @@ export class SharedGate {
     // what it used beyond the estimate goes there too, even on a level it was not charged on.
     const margin = this.o.arrivalMarginMs > 0 ? this.o.arrivalMarginMs : undefined;
     quietly(
-      () => store.adjust!(reservation, actual, margin),
+      () => store.adjust!(reservation, actual, margin, call.startedStoreAt),
       (error) => this.storeFailed(error),
     );
   }

@@ -176,10 +176,17 @@ export interface Store {
    * provider counted the request when it arrived, which is no later than its response, so a window
    * counted from the response never ends before the provider's. The learned limits it was charged
    * on (sliding logs) move too; buckets and concurrency are unchanged. A reservation is recounted
-   * once; its timed levels are never refunded after.
+   * once; its timed levels are never refunded after. `startedAt` (store time): when the call really
+   * started, if later than `startAt` (a shared gate starts a window call late rather than reserve
+   * again); the move is then capped from there.
    */
-  recount(reservation: StoreReservation, marginMs: number): MaybePromise<void>;
-  recountAt(reservation: StoreReservation, marginMs: number, now: number): MaybePromise<void>;
+  recount(reservation: StoreReservation, marginMs: number, startedAt?: number): MaybePromise<void>;
+  recountAt(
+    reservation: StoreReservation,
+    marginMs: number,
+    now: number,
+    startedAt?: number,
+  ): MaybePromise<void>;
   /**
    * The call of `reservation` ran and its response says how many units it used (the gate's
    * `Inspection.actualCost`): each timed level counted in a unit of `units` (learned levels too,
@@ -198,6 +205,7 @@ export interface Store {
     reservation: StoreReservation,
     units: Readonly<Record<string, number>>,
     recountMarginMs?: number,
+    startedAt?: number,
   ): MaybePromise<void>;
   /** `adjust` at an explicit store time `now` (tests and parity checks). */
   adjustAt?(
@@ -205,6 +213,7 @@ export interface Store {
     units: Readonly<Record<string, number>>,
     recountMarginMs: number | undefined,
     now: number,
+    startedAt?: number,
   ): MaybePromise<void>;
   /** Nothing in `partition` (and `scope`) starts before `untilMs` (store time); pauses only extend. */
   pause(partition: string, untilMs: number, scope?: string): MaybePromise<StorePause>;
@@ -255,6 +264,18 @@ export function seedAge(options: LearnOptions | undefined): number {
   if (typeof age !== 'number' || !(age >= 0) || !Number.isFinite(age))
     throw invalid('seedAgeMs', 'a finite number of ms >= 0', age);
   return age;
+}
+
+/**
+ * When the call of `reservation` really started, for a recount (see `Store.recount`): `startedAt`
+ * when given and later than the reserved start, else the reserved start. Throws naming `startedAt`
+ * when it is given and not a finite number.
+ */
+export function startedAtOf(reservation: StoreReservation, startedAt: number | undefined): number {
+  if (startedAt === undefined) return reservation.startAt;
+  if (typeof startedAt !== 'number' || !Number.isFinite(startedAt))
+    throw invalid('startedAt', 'a finite number of ms (store time), or undefined', startedAt);
+  return startedAt > reservation.startAt ? startedAt : reservation.startAt;
 }
 
 /**

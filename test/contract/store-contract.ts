@@ -313,6 +313,25 @@ export function storeContract(
       }
     });
 
+    // Found by diagnosis (session 16): a shared gate starts a window call late rather than reserve
+    // again; capped from the reserved start, the recount put such a call before it even started,
+    // and the next window's calls were let in less than a window after its arrival (68 against 57).
+    it('a recount of a call that started after its reserved start is capped from its real start', async () => {
+      const store = await make();
+      const p = fresh();
+      const one = level('one', { algorithm: 'sliding-log', limit: 1, intervalMs: 1000 });
+      const late = granted(await store.reserveAt(p, [one], [1], 0, T0));
+      // Started 300 ms after its reserved start, answered at 500: counted at min(500, 300 + 100).
+      await store.recountAt(late, 50, T0 + 500, T0 + 300);
+      expect(granted(await store.reserveAt(p, [one], [1], 10_000, T0 + 600)).startAt).toBe(T0 + 1400);
+      // A start before the reserved one counts from the reserved one; a bad one is named.
+      const early = granted(await store.reserveAt(fresh(), [one], [1], 0, T0));
+      await expect(
+        Promise.resolve().then(() => store.recountAt(early, 50, T0 + 500, Number.NaN)),
+      ).rejects.toThrow(/startedAt/);
+      await store.recountAt(early, 50, T0 + 500, T0 - 300);
+    });
+
     it('a recount of a refunded reservation, or of one with no window level, changes nothing', async () => {
       const store = await make();
       const p = fresh();

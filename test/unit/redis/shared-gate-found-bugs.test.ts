@@ -144,3 +144,54 @@ it('calls of one burst that reached their slots late give them back latest first
   expect(Math.max(...starts)).toBeLessThan(150);
   await gate.close();
 });
+
+// Found by diagnosis (session 16): a window call whose reservation was answered late started late
+// (window calls do not reserve again), but its recount was capped from the reserved start, so its
+// entry sat before its real start; after a stall the next window's calls were let in less than a
+// window after its arrival at the provider (68 against 57 across 4 processes).
+it('a window call started after its reserved start is recounted from its real start', async () => {
+  const clock = new ManualClock(T0);
+  const memory = new MemoryStore({ clock });
+  const slow = Object.create(memory) as MemoryStore;
+  // Decided at once, answered 200 ms later (a stalled event loop, a slow network).
+  (slow as unknown as Record<string, unknown>)['reserve'] = (...args: unknown[]) => {
+    const decision = (memory.reserve as (...a: unknown[]) => unknown).apply(memory, args);
+    return new Promise((resolve) => clock.setTimeout(() => resolve(decision), 200));
+  };
+  const limits = [{ algorithm: 'sliding-log' as const, limit: 1, intervalMs: 1000 }];
+  const a = createSharedGate({ store: slow, clock, limits, arrivalMarginMs: 50 });
+  const b = createSharedGate({ store: memory, clock, limits, arrivalMarginMs: 50 });
+  let finishA!: () => void;
+  let aStartedAt = 0;
+  const first = a.schedule(
+    () =>
+      new Promise<void>((resolve) => {
+        aStartedAt = clock.now() - T0;
+        finishA = resolve;
+      }),
+  );
+  for (let i = 0; i < 25; i++) {
+    clock.advance(10);
+    await flush();
+  }
+  expect(aStartedAt).toBe(200);
+  // Answered 50 ms after its start: counted there (about 250 on the store's clock).
+  finishA();
+  await first;
+  await flush();
+  let bStartedAt = 0;
+  const second = b.schedule(() => {
+    bStartedAt = clock.now() - T0;
+  });
+  for (let i = 0; i < 150 && bStartedAt === 0; i++) {
+    clock.advance(10);
+    await flush();
+  }
+  await second;
+  // From the reserved start (0) the entry would sit at 100 and b start at 1100, 100 ms before a
+  // window has passed since a started. From a's start as the gate estimates it on the store's clock
+  // (half the 200 ms round trip after its slot: 100), capped at 100 ms after: 200; b waits until 1200.
+  expect(bStartedAt).toBeGreaterThanOrEqual(1200);
+  await a.close();
+  await b.close();
+});
