@@ -60,6 +60,13 @@ export interface SharedGateOptions {
   commandTimeoutMs?: number;
   /** `redis` only: prefix of every key and of the pause channel; gates sharing a quota share it. @default 'tollgate' */
   keyPrefix?: string;
+  /**
+   * `redis` only: a concurrency permit held longer than this (ms) is given back, for a process that
+   * died holding it (kill -9). Longer than the slowest call: a permit given back while its call
+   * still runs lets one call too many start. Integer >= 1.
+   * @default 300_000
+   */
+  concurrencyLeaseMs?: number;
   /** While the store is down, probe it this often (ms) and come back when it answers. Integer >= 1. @default 500 */
   recoveryProbeMs?: number;
   /** A call refused by a full concurrency limit (held by other processes) asks again after this many ms. Integer >= 1. @default 20 */
@@ -121,6 +128,7 @@ const knownKeys = [
   'failure',
   'localShare',
   'commandTimeoutMs',
+  'concurrencyLeaseMs',
   'keyPrefix',
   'recoveryProbeMs',
   'concurrencyRetryMs',
@@ -176,13 +184,14 @@ export function validateSharedGateOptions(options: unknown): NormalizedSharedGat
     const redisOptions: Record<string, unknown> = { redis: o['redis'] };
     if (o['keyPrefix'] !== undefined) redisOptions['keyPrefix'] = o['keyPrefix'];
     if (o['commandTimeoutMs'] !== undefined) redisOptions['commandTimeoutMs'] = o['commandTimeoutMs'];
+    if (o['concurrencyLeaseMs'] !== undefined) redisOptions['concurrencyLeaseMs'] = o['concurrencyLeaseMs'];
     store = new RedisStore(redisOptions as never);
     ownsStore = true;
   } else if (o['store'] !== undefined) {
     const s = o['store'] as Partial<Store> | null;
     if (typeof s?.reserve !== 'function' || typeof s.refund !== 'function' || typeof s.onPause !== 'function')
       throw invalid('store', 'a Store (reserve, refund, pause, learn, onPause...)', s);
-    for (const key of ['keyPrefix', 'commandTimeoutMs']) {
+    for (const key of ['keyPrefix', 'commandTimeoutMs', 'concurrencyLeaseMs']) {
       if (o[key] !== undefined)
         throw invalid(key, 'omitted with `store` (set it on the store itself)', o[key]);
     }

@@ -57,6 +57,9 @@ describe('createSharedGate options', () => {
     ['a redis that is a number', { redis: 42 }, 'redis'],
     ['a key prefix with braces', { redis: lazy, keyPrefix: 'a{b}' }, 'redis.keyPrefix'],
     ['a zero command timeout', { redis: lazy, commandTimeoutMs: 0 }, 'redis.commandTimeoutMs'],
+    ['concurrencyLeaseMs with a store', { store, concurrencyLeaseMs: 1000 }, 'concurrencyLeaseMs'],
+    ['a fractional lease', { redis: lazy, concurrencyLeaseMs: 1.5 }, 'redis.concurrencyLeaseMs'],
+    ['a zero lease', { redis: lazy, concurrencyLeaseMs: 0 }, 'redis.concurrencyLeaseMs'],
   ])('refuses %s', (_name, options, option) => {
     rejectsOption(() => createSharedGate(options as never), option);
   });

@@ -363,6 +363,36 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
     await gate.close();
   }, 30_000);
 
+  it('concurrencyLeaseMs sets how long a permit outlives a process that died holding it', async () => {
+    const server = new DedicatedRedis(await freePort());
+    servers.push(server);
+    await server.start();
+    const gate = createSharedGate({
+      redis: server.url,
+      keyPrefix: 'lease',
+      limits: [{ algorithm: 'concurrency', limit: 2 }],
+      concurrencyLeaseMs: 1_500,
+    });
+    let finish!: () => void;
+    const running = gate.schedule(() => new Promise<void>((resolve) => (finish = resolve)));
+    await sleep(100);
+    const admin = new Redis(server.url);
+    const [seconds, micros] = (await admin.time()) as unknown as [string, string];
+    const nowMs = Number(seconds) * 1000 + Number(micros) / 1000;
+    const leases: number[] = [];
+    for (const key of await keysOfTag(admin, '{lease:*'))
+      if ((await admin.type(key)) === 'hash')
+        for (const value of Object.values(await admin.hgetall(key)))
+          leases.push(Number(value.split(' ')[1]) - nowMs);
+    expect(leases).toHaveLength(1);
+    expect(leases[0]).toBeGreaterThan(1_000);
+    expect(leases[0]).toBeLessThanOrEqual(1_500);
+    finish();
+    await running;
+    admin.disconnect();
+    await gate.close();
+  }, 30_000);
+
   it('a bucket reserve given up on and run later gives its take back when it is the latest', async () => {
     const server = new DedicatedRedis(await freePort());
     servers.push(server);
