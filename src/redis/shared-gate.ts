@@ -398,6 +398,11 @@ export class SharedGate {
   private probeTimer: unknown = undefined;
   /** Permits of calls that finished while the store was down: given back when it answers. */
   private unrefunded: StoreReservation[] = [];
+  /**
+   * Slots reserved ahead by calls that went to the local fallback when the store went down (with
+   * the order the store granted them): given back when it answers, latest first.
+   */
+  private abandonedSlots: { reservation: StoreReservation; takenSeq: number }[] = [];
   private queuedTotal = 0;
   private inFlight = 0;
   /** Calls handed to the local fallback that it has not started yet. */
@@ -1979,8 +1984,15 @@ export class SharedGate {
       if (this.line[i]!.inLine) waiting.add(this.line[i]!);
     this.line = [];
     this.lineFirst = 0;
+    const local = this.o.failure === 'local';
     for (const call of this.heap.entries()) {
-      if (call.state !== 'retrying') continue;
+      if (call.state === 'waiting' && local && call.reservation !== undefined) {
+        // Reserved ahead: started at its slot, it would run on top of the local share the fallback
+        // grants from now on (twice the share in the outage's first seconds). It goes to the
+        // fallback too; its slot stays taken in the store until it answers again.
+        this.abandonedSlots.push({ reservation: call.reservation, takenSeq: call.takenSeq });
+        call.reservation = undefined;
+      } else if (call.state !== 'retrying') continue;
       this.heap.remove(call);
       waiting.add(call);
     }
@@ -2073,6 +2085,11 @@ export class SharedGate {
    * seen while it was down) so that no process, this one included, starts inside them.
    */
   private catchUpStore(): void {
+    const abandoned = this.abandonedSlots;
+    this.abandonedSlots = [];
+    // Latest first, each then its level's latest take (see giveBackLatestFirst).
+    abandoned.sort((a, b) => b.reservation.startAt - a.reservation.startAt || b.takenSeq - a.takenSeq);
+    for (const { reservation } of abandoned) this.giveBack(reservation);
     this.chargeFallbackUsage();
     this.permitsForFallbackCalls();
     const refunds = this.unrefunded;

@@ -393,6 +393,43 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
     await gate.close();
   }, 30_000);
 
+  // Found by review (session 16): calls holding slots reserved ahead kept starting at the store's
+  // pace after Redis went down, and the fallback granted its whole share on top: 21 starts in one
+  // second against a limit of 10 (local share 1, one process).
+  it('local: calls holding slots reserved ahead go to the fallback too when the store goes down', async () => {
+    const server = new DedicatedRedis(await freePort());
+    servers.push(server);
+    await server.start();
+    const gate = createSharedGate({
+      redis: server.url,
+      keyPrefix: 'ahead',
+      limits: [{ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }],
+      failure: 'local',
+      localShare: 1,
+      commandTimeoutMs: 100,
+      recoveryProbeMs: 100,
+      arrivalMarginMs: 0,
+    });
+    const starts: number[] = [];
+    const calls: Promise<unknown>[] = [];
+    const job = () => calls.push(gate.schedule(() => void starts.push(performance.now())));
+    for (let i = 0; i < 20; i++) job();
+    await sleep(300);
+    await server.stop();
+    for (let i = 0; i < 20; i++) job();
+    const outcomes = await Promise.allSettled(calls);
+    expect(outcomes.filter((o) => o.status === 'rejected')).toEqual([]);
+    starts.sort((a, b) => a - b);
+    let most = 0;
+    for (let i = 0, j = 0; i < starts.length; i++) {
+      while (starts[i]! - starts[j]! >= 1_000) j++;
+      most = Math.max(most, i - j + 1);
+    }
+    expect(gate.stats().fallbackCalls).toBeGreaterThan(10);
+    expect(most).toBeLessThanOrEqual(11);
+    await gate.close();
+  }, 30_000);
+
   it('a bucket reserve given up on and run later gives its take back when it is the latest', async () => {
     const server = new DedicatedRedis(await freePort());
     servers.push(server);
