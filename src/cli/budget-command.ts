@@ -1,16 +1,21 @@
 /**
  * `tollgate budget [show|reset]`: the persistent ledger as it stands (per budget: spent, reserved,
- * limit, remaining, resets at), and resetting it (only with --yes).
+ * limit, remaining, resets at), and resetting it (only with --yes). The ledger file, or with
+ * --redis the Redis ledger that shared gates of several processes keep.
  */
 import { existsSync } from 'node:fs';
 import { relative, resolve } from 'node:path';
+import type { LedgerWindow } from '../budget/ledger.js';
 import { defaultLedgerPath, FileLedger, formatMicros, isTollgateError, systemClock } from '../index.js';
+import { RedisLedger } from '../redis/redis-ledger.js';
 import { CliError } from './cli-error.js';
 import { ExitCode, type ExitCodeValue } from './exit-codes.js';
 import { parseArgv } from './run-options.js';
 
 const flags = {
   ledger: { type: 'string' },
+  redis: { type: 'string' },
+  'key-prefix': { type: 'string' },
   budget: { type: 'string' },
   yes: { type: 'boolean', short: 'y' },
   json: { type: 'boolean' },
@@ -26,6 +31,8 @@ export const budgetHelp = `Usage: tollgate budget [show|reset] [options]
 
 Options:
   --ledger PATH    the ledger file (default .tollgate/ledger.sqlite in this directory)
+  --redis URL      the Redis ledger instead (RedisLedger: the budgets shared gates keep in Redis)
+  --key-prefix P   with --redis: the ledger's key prefix (default tollgate)
   --budget NAME    only this budget (e.g. day, or a name given as name=5usd/day)
   --yes, -y        confirm a reset
   --json           show as JSON
@@ -69,29 +76,20 @@ export async function budgetCommand(args: readonly string[]): Promise<ExitCodeVa
       `Expected \`tollgate budget show\` or \`tollgate budget reset\`, got \`${positionals.join(' ')}\``,
     );
   }
-  const path = values.ledger === undefined ? defaultLedgerPath() : resolve(values.ledger);
-  const shown = relative(process.cwd(), path).startsWith('..') ? path : relative(process.cwd(), path);
   const currency = (values.currency ?? 'usd').toLowerCase();
   if (!/^[a-z]{3}$/.test(currency))
     throw new CliError(`Expected --currency to be a code like usd or eur, got \`${values.currency}\``);
   const name = values.budget;
-  if (!existsSync(path)) {
+  const { ledger, shown } = openLedger(values);
+  if (ledger === undefined) {
     if (values.json) process.stdout.write('[]\n');
     else process.stdout.write(`No ledger at ${shown}: nothing has been spent through a budget here yet.\n`);
     return ExitCode.ok;
   }
-
-  let ledger: FileLedger;
-  try {
-    ledger = new FileLedger({ path });
-  } catch (error) {
-    if (isTollgateError(error)) throw new CliError(error.message);
-    throw error;
-  }
   try {
     const now = systemClock.now();
     const matches = (id: string) => name === undefined || id === name || id.startsWith(`${name}[`);
-    const all = ledger.snapshot(now);
+    const all = await ledgerCall(() => ledger.snapshot(now));
     const windows = all.filter((w) => matches(w.budgetId));
     const rows: Row[] = windows.map((w) => ({
       budget: w.budgetId,
@@ -152,11 +150,53 @@ export async function budgetCommand(args: readonly string[]): Promise<ExitCodeVa
       );
       return ExitCode.usage;
     }
-    if (name === undefined) ledger.reset();
-    else ledger.reset(name);
+    await ledgerCall(() => (name === undefined ? ledger.reset() : ledger.reset(name)));
     process.stdout.write(`Reset ${what} in ${shown}.\n`);
     return ExitCode.ok;
   } finally {
-    ledger.close();
+    await ledger.close();
+  }
+}
+
+/** What the command needs of a ledger: the file ledger's methods, answered now or later. */
+interface ShownLedger {
+  snapshot(now: number): LedgerWindow[] | Promise<LedgerWindow[]>;
+  reset(budgetId?: string): void | Promise<void>;
+  close(): void | Promise<void>;
+}
+
+/** The ledger the options name, and how to name it (no ledger: there is no file yet). */
+function openLedger(values: {
+  ledger?: string | undefined;
+  redis?: string | undefined;
+  'key-prefix'?: string | undefined;
+}): { ledger: ShownLedger | undefined; shown: string } {
+  try {
+    if (values.redis !== undefined) {
+      if (values.ledger !== undefined) throw new CliError('Give --ledger or --redis, not both');
+      const prefix = values['key-prefix'] ?? 'tollgate';
+      const ledger = new RedisLedger({ redis: values.redis, keyPrefix: prefix });
+      // Named by host and port: the URL may hold a password.
+      const where = /^rediss?:\/\/(?:[^@/]*@)?([^/?#]*)/.exec(values.redis)?.[1] ?? 'Redis';
+      return { ledger, shown: `redis://${where} (key prefix ${prefix})` };
+    }
+    if (values['key-prefix'] !== undefined) throw new CliError('--key-prefix goes with --redis');
+    const path = values.ledger === undefined ? defaultLedgerPath() : resolve(values.ledger);
+    const shown = relative(process.cwd(), path).startsWith('..') ? path : relative(process.cwd(), path);
+    if (!existsSync(path)) return { ledger: undefined, shown };
+    return { ledger: new FileLedger({ path }), shown };
+  } catch (error) {
+    if (isTollgateError(error)) throw new CliError(error.message);
+    throw error;
+  }
+}
+
+/** A ledger call; a typed failure (Redis unreachable, a corrupt file) is the command's error. */
+async function ledgerCall<T>(call: () => T | Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    if (isTollgateError(error)) throw new CliError(error.message);
+    throw error;
   }
 }

@@ -226,3 +226,37 @@ describe('tollgate run --budget, two processes on one ledger', () => {
     }
   }, 60_000);
 });
+
+describe('tollgate budget --redis', async () => {
+  const { REDIS_URL, redisSkipReason } = await import('../helpers/redis-server.js');
+  const skip = await redisSkipReason();
+  if (skip) console.log(`[cli budget --redis] skipped (${skip})`);
+  it.skipIf(skip !== false)(
+    'shows and resets the budgets shared gates keep in Redis',
+    async () => {
+      const { RedisLedger } = await import('../../src/redis/redis-ledger.js');
+      const { createAsyncBudgetGuard } = await import('../../src/redis/async-budget-guard.js');
+      const keyPrefix = `cli-budget-${process.pid}-${Date.now()}`;
+      const ledger = new RedisLedger({ redis: REDIS_URL, keyPrefix });
+      const guard = createAsyncBudgetGuard({ budgets: { name: 'day', limit: '$1', period: 'day' }, ledger });
+      const reservation = await guard.reserve(250_000);
+      await guard.settle(reservation, 200_000);
+      await ledger.close();
+      const args = ['budget', '--redis', REDIS_URL, '--key-prefix', keyPrefix];
+      const shown = await runCli(args);
+      expect(shown.code).toBe(0);
+      expect(shown.stdout).toContain(`key prefix ${keyPrefix}`);
+      expect(shown.stdout).toMatch(/day\s+\$0\.20\s+\$0\.00\s+\$1\.00\s+\$0\.80/);
+      const json = JSON.parse((await runCli([...args, '--json'])).stdout) as { spentMicros: number }[];
+      expect(json.map((r) => r.spentMicros)).toEqual([200_000]);
+      expect((await runCli(['budget', 'reset', ...args.slice(1)])).code).not.toBe(0);
+      expect((await runCli(['budget', 'reset', '--yes', ...args.slice(1)])).code).toBe(0);
+      expect((await runCli([...args, '--json'])).stdout.trim()).toBe('[]');
+      // Both ledgers at once is a usage error.
+      const both = await runCli([...args, '--ledger', 'x.sqlite']);
+      expect(both.code).not.toBe(0);
+      expect(both.stderr).toContain('--ledger or --redis');
+    },
+    60_000,
+  );
+});
