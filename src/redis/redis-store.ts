@@ -299,6 +299,7 @@ export class RedisStore implements Store {
   private readonly cluster: boolean;
   private subscriber: RedisClient | undefined = undefined;
   private closed = false;
+  private closing: Promise<void> | undefined = undefined;
 
   constructor(options: RedisStoreOptions) {
     const o = plainObject('options', options);
@@ -466,8 +467,13 @@ export class RedisStore implements Store {
     return this.runner.load();
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
+  close(): Promise<void> {
+    // A second close resolves with the first (which may wait for commands in flight).
+    this.closing ??= this.closeNow();
+    return this.closing;
+  }
+
+  private async closeNow(): Promise<void> {
     this.closed = true;
     this.listeners.clear();
     const subscriber = this.subscriber;

@@ -418,7 +418,10 @@ export class SharedGate {
    * take when it answers again (until they finish, the store must count them: it would otherwise
    * grant every permit to new calls while these still run).
    */
-  private readonly runningInFallback = new Map<SharedCall, { permits?: StoreReservation; done: boolean }>();
+  private readonly runningInFallback = new Map<
+    SharedCall,
+    { permits?: StoreReservation; asked: boolean; done: boolean }
+  >();
   /**
    * Calls holding a budget reservation, counted from the reserve's request until the ledger has
    * answered its settle or release (an async inspection, or a Redis round trip, ends after the
@@ -2116,8 +2119,11 @@ export class SharedGate {
    */
   private permitsForFallbackCalls(): void {
     for (const [call, entry] of this.runningInFallback) {
+      // Asked at an earlier recovery (a second outage since): it holds them, or the limit was full.
+      if (entry.asked) continue;
       const costs = call.costs.map((cost, i) => (call.info.untimed.includes(i) ? cost : 0));
       if (costs.every((c) => c === 0)) continue;
+      entry.asked = true;
       quietly(
         () => {
           const decision = this.store.reserve(call.info.partition, call.info.levels, costs, 0, {
@@ -2126,11 +2132,14 @@ export class SharedGate {
           settleValue(
             decision,
             (d) => {
-              if (!d.ok) return;
-              if (entry.done) this.refundUntimed(d);
+              // Not granted (a full limit): asked again at the next recovery, if it still runs.
+              if (!d.ok) entry.asked = false;
+              else if (entry.done) this.refundUntimed(d);
               else entry.permits = d;
             },
-            () => {},
+            () => {
+              entry.asked = false;
+            },
           );
           return decision;
         },
@@ -2228,7 +2237,7 @@ export class SharedGate {
         this.inFallbackQueue.delete(call);
         this.started++;
         this.inFlight++;
-        if (call.info.untimed.length > 0) this.runningInFallback.set(call, { done: false });
+        if (call.info.untimed.length > 0) this.runningInFallback.set(call, { asked: false, done: false });
       }
       sent = true;
       // Started by the fallback after the store came back: counted there too.

@@ -5,7 +5,9 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
+import { createLimit } from '../../src/core/create-limit.js';
 import { StoreUnavailableError } from '../../src/errors.js';
+import { RedisStore } from '../../src/redis/redis-store.js';
 import { createSharedGate } from '../../src/redis/shared-gate.js';
 import type { FailurePolicy } from '../../src/redis/shared-gate-options.js';
 import { DedicatedRedis, freePort, hasRedisServer, keysOfTag } from '../helpers/redis-server.js';
@@ -428,6 +430,31 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
     expect(gate.stats().fallbackCalls).toBeGreaterThan(10);
     expect(most).toBeLessThanOrEqual(11);
     await gate.close();
+  }, 30_000);
+
+  it('a second close() resolves when the first does (after the commands in flight)', async () => {
+    const server = new DedicatedRedis(await freePort());
+    servers.push(server);
+    await server.start();
+    const store = new RedisStore({ redis: server.url, keyPrefix: 'close-twice', commandTimeoutMs: 2_000 });
+    const window = {
+      id: 'w',
+      spec: createLimit({ algorithm: 'fixed-window', limit: 5, intervalMs: 1000 }).spec,
+    };
+    const reservation = await store.reserve('p', [window], [1], 0);
+    if (!reservation.ok) throw new Error('expected a reservation');
+    const admin = new Redis(server.url);
+    await admin.call('CLIENT', 'PAUSE', '300', 'WRITE');
+    const recount = store.recount(reservation, 50);
+    let firstDone = false;
+    const first = store.close().then(() => {
+      firstDone = true;
+    });
+    await store.close();
+    expect(firstDone).toBe(true);
+    await first;
+    await recount;
+    admin.disconnect();
   }, 30_000);
 
   it('a bucket reserve given up on and run later gives its take back when it is the latest', async () => {

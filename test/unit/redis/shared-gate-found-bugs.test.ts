@@ -195,3 +195,68 @@ it('a window call started after its reserved start is recounted from its real st
   await a.close();
   await b.close();
 });
+
+// Found by review (session 16): a call running in the local fallback across two recoveries took its
+// concurrency permits in the store at each, and gave back only the last: one permit stayed held
+// for every process until its lease ran out.
+it('a call running in the fallback through two recoveries holds its permits in the store once', async () => {
+  const clock = new ManualClock(T0);
+  const memory = new MemoryStore({ clock });
+  let down = false;
+  const store = Object.create(memory) as MemoryStore;
+  for (const method of ['reserve', 'refund', 'time', 'pauseFor', 'recount'] as const) {
+    const real = memory[method].bind(memory) as (...args: unknown[]) => unknown;
+    (store as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+      if (down) throw new StoreUnavailableError('down');
+      return real(...args);
+    };
+  }
+  const limits = [{ algorithm: 'concurrency' as const, limit: 2 }];
+  const gate = createSharedGate({
+    store,
+    clock,
+    recoveryProbeMs: 5,
+    failure: 'local',
+    localShare: 0.5,
+    limits,
+  });
+  const step = async (ms: number) => {
+    for (let t = 0; t < ms; t += 5) {
+      clock.advance(5);
+      await flush();
+    }
+  };
+  down = true;
+  let finishA!: () => void;
+  const a = gate.schedule(() => new Promise<void>((resolve) => (finishA = resolve)));
+  await step(10);
+  down = false;
+  await step(20); // recovery 1: a takes its permit in the store
+  down = true;
+  // Meets the store down: a second outage (it waits in the fallback, whose one permit a holds).
+  let bDone = false;
+  const b = gate
+    .schedule(() => {})
+    .finally(() => {
+      bDone = true;
+    });
+  await step(10);
+  down = false;
+  // Recovery 2: b goes back to the store and runs there (a holds one permit of two, not both).
+  await step(200);
+  expect(bDone).toBe(true);
+  await b;
+  finishA();
+  await a;
+  await step(10);
+  // Nothing runs any more: another process gets both permits.
+  const other = createSharedGate({ store: memory, clock, limits, maxQueueTimeMs: 0 });
+  const held: (() => void)[] = [];
+  const both = [1, 2].map(() => other.schedule(() => new Promise<void>((resolve) => held.push(resolve))));
+  await flush();
+  expect(held).toHaveLength(2);
+  for (const release of held) release();
+  await Promise.all(both);
+  await gate.close();
+  await other.close();
+});
