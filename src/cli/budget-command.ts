@@ -176,8 +176,8 @@ function openLedger(values: {
       if (values.ledger !== undefined) throw new CliError('Give --ledger or --redis, not both');
       const prefix = values['key-prefix'] ?? 'tollgate';
       const ledger = new RedisLedger({ redis: values.redis, keyPrefix: prefix });
-      // Named by host and port: the URL may hold a password.
-      const where = /^rediss?:\/\/(?:[^@/]*@)?([^/?#]*)/.exec(values.redis)?.[1] ?? 'Redis';
+      // Named by host and port: the URL may hold a password (an '@' in it too).
+      const where = hostOf(values.redis);
       return { ledger, shown: `redis://${where} (key prefix ${prefix})` };
     }
     if (values['key-prefix'] !== undefined) throw new CliError('--key-prefix goes with --redis');
@@ -188,6 +188,16 @@ function openLedger(values: {
   } catch (error) {
     if (isTollgateError(error)) throw new CliError(error.message);
     throw error;
+  }
+}
+
+/** `host:port` of a Redis URL, never its user or password; `Redis` when it does not parse. */
+function hostOf(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.hostname}:${parsed.port || '6379'}`;
+  } catch {
+    return 'Redis';
   }
 }
 

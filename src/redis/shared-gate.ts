@@ -2119,11 +2119,15 @@ export class SharedGate {
    */
   private permitsForFallbackCalls(): void {
     for (const [call, entry] of this.runningInFallback) {
-      // Asked at an earlier recovery (a second outage since): it holds them, or the limit was full.
+      // Asked at an earlier recovery (a second outage since): it holds them, or the answer is due.
       if (entry.asked) continue;
       const costs = call.costs.map((cost, i) => (call.info.untimed.includes(i) ? cost : 0));
       if (costs.every((c) => c === 0)) continue;
       entry.asked = true;
+      const failed = (error: unknown) => {
+        entry.asked = false;
+        this.storeFailed(error);
+      };
       quietly(
         () => {
           const decision = this.store.reserve(call.info.partition, call.info.levels, costs, 0, {
@@ -2143,7 +2147,7 @@ export class SharedGate {
           );
           return decision;
         },
-        (error) => this.storeFailed(error),
+        failed,
       );
     }
   }
@@ -2281,8 +2285,9 @@ export class SharedGate {
         this.leftFallback(sent);
         this.leftFallbackRun(call);
         this.inFallbackQueue.delete(call);
-        if (!sent && back.signal.aborted && !this.closed) {
-          // Taken back (the store answers again): asked of the store, with the budget it holds.
+        if (!sent && back.signal.aborted) {
+          // Taken back (the store answers again): asked of the store, with the budget it holds
+          // (closing meanwhile: submit runs or refuses it as close() says).
           this.requeue(call);
           return;
         }

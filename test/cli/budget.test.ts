@@ -228,7 +228,7 @@ describe('tollgate run --budget, two processes on one ledger', () => {
 });
 
 describe('tollgate budget --redis', async () => {
-  const { REDIS_URL, redisSkipReason } = await import('../helpers/redis-server.js');
+  const { REDIS_URL, hasRedisServer, redisSkipReason } = await import('../helpers/redis-server.js');
   const skip = await redisSkipReason();
   if (skip) console.log(`[cli budget --redis] skipped (${skip})`);
   it.skipIf(skip !== false)(
@@ -256,6 +256,31 @@ describe('tollgate budget --redis', async () => {
       const both = await runCli([...args, '--ledger', 'x.sqlite']);
       expect(both.code).not.toBe(0);
       expect(both.stderr).toContain('--ledger or --redis');
+    },
+    60_000,
+  );
+
+  // Found by review (session 16): a password holding an unencoded '@' (ioredis splits the URL at
+  // the last one) was printed in part: "Ledger redis://ss@127.0.0.1:...".
+  it.skipIf(skip !== false || !hasRedisServer())(
+    'never prints the password of the URL',
+    async () => {
+      const { DedicatedRedis, freePort } = await import('../helpers/redis-server.js');
+      const { Redis } = await import('ioredis');
+      const server = new DedicatedRedis(await freePort());
+      await server.start();
+      try {
+        const admin = new Redis(server.url);
+        await admin.call('ACL', 'SETUSER', 'bob', 'on', '>p@ss', '~*', '&*', '+@all');
+        admin.disconnect();
+        const url = `redis://bob:p@ss@127.0.0.1:${server.port}`;
+        const shown = await runCli(['budget', '--redis', url]);
+        expect(shown.code).toBe(0);
+        expect(shown.stdout).toContain(`redis://127.0.0.1:${server.port}`);
+        expect(`${shown.stdout}${shown.stderr}`).not.toMatch(/p@ss|ss@|bob/);
+      } finally {
+        await server.stop();
+      }
     },
     60_000,
   );
