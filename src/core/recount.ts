@@ -44,6 +44,6 @@ export function recountAtMs(
   now: number,
   startedAt = startAt,
 ): number {
-  const from = startedAt > startAt ? startedAt : startAt;
+  const from = Math.max(startAt, startedAt);
   return Math.max(startAt, Math.min(now, from + Math.max(marginMs, core.spec.intervalMs / 10)));
 }

@@ -352,8 +352,6 @@ export class SharedGate {
   private prioritized = false;
   /** Calls whose slot, reserved ahead before the gate saw priorities, goes back this tick. */
   private returning: SharedCall[] | undefined = undefined;
-  /** Calls that reached their slot too late in this tick (see `startOrReserveAgain`). */
-  private late: SharedCall[] | undefined = undefined;
   /** Reservations granted so far (see `SharedCall.takenSeq`). */
   private takes = 0;
   /**
@@ -1030,22 +1028,12 @@ export class SharedGate {
     ) {
       call.lateReserves++;
       this.lateReserves++;
-      // Reserving again: it keeps its turn until that answer, as before.
+      // Reserving again: it keeps its turn until that answer, as before. The late calls of one tick
+      // (a batch's answers, a slow first answer) give their slots back together, latest first: a
+      // bucket gives back only its latest take, so in answer order all but the last refund would
+      // find a later take and give nothing (1 of 10 cold calls started).
       call.state = 'reserving';
-      // The late calls of one tick (a batch's answers, a slow first answer) give their slots back
-      // together, latest first: a bucket gives back only its latest take, so in answer order all
-      // but the last refund would find a later take and give nothing (1 of 10 cold calls started).
-      if (this.late === undefined) {
-        this.late = [];
-        queueMicrotask(() => {
-          const calls = this.late ?? [];
-          this.late = undefined;
-          this.giveBackLatestFirst(calls);
-          calls.sort((a, b) => (goesBefore(a, b) ? -1 : 1));
-          for (const c of calls) if (c.state === 'reserving') this.submit(c);
-        });
-      }
-      this.late.push(call);
+      this.returnAhead(call);
       return;
     }
     this.start(call, now);
@@ -1078,8 +1066,9 @@ export class SharedGate {
   }
 
   /**
-   * `call` holds a slot reserved ahead before the gate saw priorities: the slots that land in one
-   * tick (a batch's answers) are given back together (see `returnSlots`).
+   * `call` gives back the slot it holds (reserved ahead before the gate saw priorities, or reached
+   * too late) and asks again: the slots that land in one tick (a batch's answers) are given back
+   * together (see `returnSlots`).
    */
   private returnAhead(call: SharedCall): void {
     if (this.returning === undefined) {
@@ -1100,7 +1089,8 @@ export class SharedGate {
   private returnSlots(calls: SharedCall[]): void {
     this.giveBackLatestFirst(calls);
     calls.sort((a, b) => (goesBefore(a, b) ? -1 : 1));
-    for (const call of calls) if (call.state === 'retrying') this.submit(call);
+    // 'reserving': a late call, which keeps its turn (refused or aborted meanwhile: 'done').
+    for (const call of calls) if (call.state === 'retrying' || call.state === 'reserving') this.submit(call);
   }
 
   /**

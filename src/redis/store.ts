@@ -289,7 +289,7 @@ export function waitBoundOf(maxWaitMs: number): number {
       'a number of ms (Infinity for no bound; a negative one is a bound of 0)',
       maxWaitMs,
     );
-  return maxWaitMs > 0 ? maxWaitMs : 0;
+  return Math.max(maxWaitMs, 0);
 }
 
 /**

@@ -53,16 +53,7 @@ it('a call refused while its turn passes, and aborted by the call its turn start
 
 it('a call refused while the store is down gets its concurrency permit back in the store when it answers again', async () => {
   const clock = new ManualClock(T0);
-  const memory = new MemoryStore({ clock });
-  let down = false;
-  const store = Object.create(memory) as MemoryStore;
-  for (const method of ['reserve', 'refund', 'time', 'pauseFor', 'recount'] as const) {
-    const real = memory[method].bind(memory) as (...args: unknown[]) => unknown;
-    (store as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
-      if (down) throw new StoreUnavailableError('down');
-      return real(...args);
-    };
-  }
+  const { store, state } = flakyStore(clock);
   const gate = createSharedGate({
     store,
     clock,
@@ -78,12 +69,12 @@ it('a call refused while the store is down gets its concurrency permit back in t
   const y = gate.schedule(() => 'y', { signal: abortY.signal }).catch((error: unknown) => error);
   await flush();
   clock.advance(10);
-  down = true;
+  state.down = true;
   // Its refund fails: the store is down.
   abortY.abort();
   await y;
   clock.advance(10);
-  down = false;
+  state.down = false;
   // The recovery probe finds the store up again.
   clock.advance(10);
   await flush();
@@ -201,16 +192,7 @@ it('a window call started after its reserved start is recounted from its real st
 // for every process until its lease ran out.
 it('a call running in the fallback through two recoveries holds its permits in the store once', async () => {
   const clock = new ManualClock(T0);
-  const memory = new MemoryStore({ clock });
-  let down = false;
-  const store = Object.create(memory) as MemoryStore;
-  for (const method of ['reserve', 'refund', 'time', 'pauseFor', 'recount'] as const) {
-    const real = memory[method].bind(memory) as (...args: unknown[]) => unknown;
-    (store as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
-      if (down) throw new StoreUnavailableError('down');
-      return real(...args);
-    };
-  }
+  const { memory, store, state } = flakyStore(clock);
   const limits = [{ algorithm: 'concurrency' as const, limit: 2 }];
   const gate = createSharedGate({
     store,
@@ -226,13 +208,13 @@ it('a call running in the fallback through two recoveries holds its permits in t
       await flush();
     }
   };
-  down = true;
+  state.down = true;
   let finishA!: () => void;
   const a = gate.schedule(() => new Promise<void>((resolve) => (finishA = resolve)));
   await step(10);
-  down = false;
+  state.down = false;
   await step(20); // recovery 1: a takes its permit in the store
-  down = true;
+  state.down = true;
   // Meets the store down: a second outage (it waits in the fallback, whose one permit a holds).
   let bDone = false;
   const b = gate
@@ -241,7 +223,7 @@ it('a call running in the fallback through two recoveries holds its permits in t
       bDone = true;
     });
   await step(10);
-  down = false;
+  state.down = false;
   // Recovery 2: b goes back to the store and runs there (a holds one permit of two, not both).
   await step(200);
   expect(bDone).toBe(true);
