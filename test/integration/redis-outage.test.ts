@@ -25,6 +25,14 @@ afterAll(async () => {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** A redis-server of the test's own (stopped after the file). */
+async function dedicatedServer(): Promise<DedicatedRedis> {
+  const server = new DedicatedRedis(await freePort());
+  servers.push(server);
+  await server.start();
+  return server;
+}
+
 interface Run {
   readonly scheduledAt: number;
   startedAt?: number;
@@ -36,9 +44,7 @@ interface Run {
  * at 0.8 s and started again at 1.8 s.
  */
 async function outage(failure: FailurePolicy) {
-  const server = new DedicatedRedis(await freePort());
-  servers.push(server);
-  await server.start();
+  const server = await dedicatedServer();
   const keyPrefix = `outage-${failure}`;
   const gate = createSharedGate({
     redis: server.url,
@@ -167,9 +173,7 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
   }, 30_000);
 
   it('a Redis slower than commandTimeoutMs counts as down, and the gate comes back when it answers again', async () => {
-    const server = new DedicatedRedis(await freePort());
-    servers.push(server);
-    await server.start();
+    const server = await dedicatedServer();
     const gate = createSharedGate({
       redis: server.url,
       keyPrefix: 'slow',
@@ -199,9 +203,7 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
   // still run by Redis once it woke, and their concurrency leases held the limit full for every
   // process until the leases expired (5 minutes): the next call waited past its deadline.
   it('a reserve given up on (timed out) and run later by Redis gives its permits back', async () => {
-    const server = new DedicatedRedis(await freePort());
-    servers.push(server);
-    await server.start();
+    const server = await dedicatedServer();
     const gate = createSharedGate({
       redis: server.url,
       keyPrefix: 'late',
@@ -231,9 +233,7 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
   // Found by review (session 16): close() rejected the recount each window call sends when it
   // settles, still in flight, and the gate reported the store down though Redis was healthy.
   it('closing a healthy gate reports no outage, and the recounts in flight land', async () => {
-    const server = new DedicatedRedis(await freePort());
-    servers.push(server);
-    await server.start();
+    const server = await dedicatedServer();
     for (const algorithm of ['fixed-window', 'sliding-window', 'sliding-log'] as const) {
       const gate = createSharedGate({
         redis: server.url,
@@ -253,9 +253,7 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
   // memory still answers; the gate came up, the next reserve failed, and down/up alternated every
   // probe (41 events in 2 s) while every call was refused.
   it('a server that answers but refuses writes stays down until it takes writes again', async () => {
-    const server = new DedicatedRedis(await freePort());
-    servers.push(server);
-    await server.start();
+    const server = await dedicatedServer();
     const gate = createSharedGate({
       redis: server.url,
       keyPrefix: 'oom',
@@ -287,9 +285,7 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
   // there and drained at the local share, on top of the whole quota the store granted from then
   // on: 13-14 starts a second against a limit of 10 for seconds after the recovery.
   it('local: calls still queued in the fallback when the store answers again go back to it', async () => {
-    const server = new DedicatedRedis(await freePort());
-    servers.push(server);
-    await server.start();
+    const server = await dedicatedServer();
     const gate = createSharedGate({
       redis: server.url,
       keyPrefix: 'back',
@@ -337,9 +333,7 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
   // Found by review (session 16): calls running in the local fallback when Redis came back held
   // no permits in the store, which granted all of them to new calls: 6 ran against a limit of 4.
   it('local: calls running in the fallback hold their concurrency permits in the store once it answers', async () => {
-    const server = new DedicatedRedis(await freePort());
-    servers.push(server);
-    await server.start();
+    const server = await dedicatedServer();
     const gate = createSharedGate({
       redis: server.url,
       keyPrefix: 'conc',
@@ -371,9 +365,7 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
   }, 30_000);
 
   it('concurrencyLeaseMs sets how long a permit outlives a process that died holding it', async () => {
-    const server = new DedicatedRedis(await freePort());
-    servers.push(server);
-    await server.start();
+    const server = await dedicatedServer();
     const gate = createSharedGate({
       redis: server.url,
       keyPrefix: 'lease',
@@ -404,9 +396,7 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
   // pace after Redis went down, and the fallback granted its whole share on top: 21 starts in one
   // second against a limit of 10 (local share 1, one process).
   it('local: calls holding slots reserved ahead go to the fallback too when the store goes down', async () => {
-    const server = new DedicatedRedis(await freePort());
-    servers.push(server);
-    await server.start();
+    const server = await dedicatedServer();
     const gate = createSharedGate({
       redis: server.url,
       keyPrefix: 'ahead',
@@ -438,9 +428,7 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
   }, 30_000);
 
   it('a second close() resolves when the first does (after the commands in flight)', async () => {
-    const server = new DedicatedRedis(await freePort());
-    servers.push(server);
-    await server.start();
+    const server = await dedicatedServer();
     const store = new RedisStore({ redis: server.url, keyPrefix: 'close-twice', commandTimeoutMs: 2_000 });
     const window = {
       id: 'w',
@@ -463,9 +451,7 @@ describe.skipIf(skip !== false)('Redis outage and recovery', () => {
   }, 30_000);
 
   it('a bucket reserve given up on and run later gives its take back when it is the latest', async () => {
-    const server = new DedicatedRedis(await freePort());
-    servers.push(server);
-    await server.start();
+    const server = await dedicatedServer();
     const gate = createSharedGate({
       redis: server.url,
       keyPrefix: 'late-bucket',

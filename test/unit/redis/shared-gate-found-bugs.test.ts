@@ -13,6 +13,14 @@ const flush = async () => {
   for (let i = 0; i < 5; i++) await new Promise<void>((resolve) => setImmediate(resolve));
 };
 
+/** Move the manual clock `ms` forward in 5 ms steps, letting promise jobs run between them. */
+async function steps(clock: ManualClock, ms: number): Promise<void> {
+  for (let t = 0; t < ms; t += 5) {
+    clock.advance(5);
+    await flush();
+  }
+}
+
 it('a call refused while its turn passes, and aborted by the call its turn starts, settles once and close() resolves', async () => {
   const clock = new ManualClock(T0);
   const gate = createSharedGate({
@@ -187,10 +195,11 @@ it('a window call started after its reserved start is recounted from its real st
   await b.close();
 });
 
-// Found by review (session 16): a call running in the local fallback across two recoveries took its
-// concurrency permits in the store at each, and gave back only the last: one permit stayed held
-// for every process until its lease ran out.
-it('a call running in the fallback through two recoveries holds its permits in the store once', async () => {
+/**
+ * A gate sharing a concurrency limit of 2 (local share: 1), and its call `a` running in the local
+ * fallback while the store is down (still down on return).
+ */
+async function callRunningInFallback() {
   const clock = new ManualClock(T0);
   const { memory, store, state } = flakyStore(clock);
   const limits = [{ algorithm: 'concurrency' as const, limit: 2 }];
@@ -202,16 +211,19 @@ it('a call running in the fallback through two recoveries holds its permits in t
     localShare: 0.5,
     limits,
   });
-  const step = async (ms: number) => {
-    for (let t = 0; t < ms; t += 5) {
-      clock.advance(5);
-      await flush();
-    }
-  };
   state.down = true;
   let finishA!: () => void;
   const a = gate.schedule(() => new Promise<void>((resolve) => (finishA = resolve)));
-  await step(10);
+  await steps(clock, 10);
+  return { clock, memory, state, gate, limits, a, finishA: () => finishA() };
+}
+
+// Found by review (session 16): a call running in the local fallback across two recoveries took its
+// concurrency permits in the store at each, and gave back only the last: one permit stayed held
+// for every process until its lease ran out.
+it('a call running in the fallback through two recoveries holds its permits in the store once', async () => {
+  const { clock, memory, state, gate, limits, a, finishA } = await callRunningInFallback();
+  const step = (ms: number) => steps(clock, ms);
   state.down = false;
   await step(20); // recovery 1: a takes its permit in the store
   state.down = true;
@@ -295,27 +307,8 @@ it('closing as the store comes back runs the calls taken back from the fallback'
 // its permits at recovery left it marked as asked: it never asked again, and another process got
 // the permit it still used (3 running against 2).
 it('a fallback call whose permit request failed asks again at the next recovery', async () => {
-  const clock = new ManualClock(T0);
-  const { memory, store, state } = flakyStore(clock);
-  const limits = [{ algorithm: 'concurrency' as const, limit: 2 }];
-  const gate = createSharedGate({
-    store,
-    clock,
-    recoveryProbeMs: 5,
-    failure: 'local',
-    localShare: 0.5,
-    limits,
-  });
-  const step = async (ms: number) => {
-    for (let t = 0; t < ms; t += 5) {
-      clock.advance(5);
-      await flush();
-    }
-  };
-  state.down = true;
-  let finishA!: () => void;
-  const a = gate.schedule(() => new Promise<void>((resolve) => (finishA = resolve)));
-  await step(10);
+  const { clock, memory, state, gate, limits, a, finishA } = await callRunningInFallback();
+  const step = (ms: number) => steps(clock, ms);
   state.down = false;
   state.blips = 1; // recovery 1: a's permit request fails; the gate goes down again
   await step(40); // recovery 2: asked again
