@@ -332,3 +332,29 @@ it('a fallback call whose permit request failed asks again at the next recovery'
   await gate.close();
   await other.close();
 });
+
+// Diagnosed (session 16): a pause held only the calls whose slots fell inside it. Their slots could
+// not be given back (a bucket gives back only its latest take, and the calls booked after the
+// pause held the later ones), so the bucket came out of the pause booked past it, without its
+// burst: after each 429 the gate sent paced at the limit into the next 429 (34 ok/s against 61).
+it('a pause gives back every booked slot of its partition: the bucket has its burst when it ends', async () => {
+  const clock = new ManualClock(T0);
+  const gate = createSharedGate({
+    store: new MemoryStore({ clock }),
+    clock,
+    arrivalMarginMs: 0,
+    limits: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 10 }],
+  });
+  const starts: number[] = [];
+  const calls = Array.from({ length: 40 }, () => gate.schedule(() => void starts.push(clock.now() - T0)));
+  await steps(clock, 50);
+  // The burst of 10 started; 30 more are booked 100 ms apart, up to 3 s ahead.
+  expect(starts).toHaveLength(10);
+  gate.pauseFor(1_000);
+  await steps(clock, 1_100);
+  // The bucket refilled during the pause: at its end (1050), a burst of 10 again.
+  expect(starts.filter((at) => at >= 1_050 && at < 1_100)).toHaveLength(10);
+  await steps(clock, 3_000);
+  await Promise.all(calls);
+  await gate.close();
+});
