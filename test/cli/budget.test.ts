@@ -104,6 +104,17 @@ describe('tollgate budget', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('Expected `tollgate budget show` or `tollgate budget reset`');
   });
+
+  it('refuses --key-prefix without --redis, and a Redis nobody answers at without showing its password', async () => {
+    const prefixAlone = await runCli(['budget', '--key-prefix', 'x']);
+    expect(prefixAlone.code).toBe(2);
+    expect(prefixAlone.stderr).toContain('--key-prefix goes with --redis');
+    // Port 1: nothing listens there.
+    const down = await runCli(['budget', '--redis', 'redis://:S3CRET@127.0.0.1:1']);
+    expect(down.code).toBe(2);
+    expect(down.stderr).toContain('127.0.0.1:1');
+    expect(`${down.stdout}${down.stderr}`).not.toContain('S3CRET');
+  }, 30_000);
 });
 
 /** A server on 127.0.0.1 answering 200 after 10 ms, with the actual price in `x-request-cost`. */
