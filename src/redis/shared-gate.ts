@@ -2120,24 +2120,25 @@ export class SharedGate {
         entry.asked = false;
         this.storeFailed(error);
       };
-      quietly(() => {
-        const decision = this.store.reserve(call.info.partition, call.info.levels, costs, 0, {
+      let decision: MaybePromise<StoreDecision>;
+      try {
+        decision = this.store.reserve(call.info.partition, call.info.levels, costs, 0, {
           scope: call.info.scope,
         });
-        settleValue(
-          decision,
-          (d) => {
-            // Not granted (a full limit): asked again at the next recovery, if it still runs.
-            if (!d.ok) entry.asked = false;
-            else if (entry.done) this.refundUntimed(d);
-            else entry.permits = d;
-          },
-          () => {
-            entry.asked = false;
-          },
-        );
-        return decision;
-      }, failed);
+      } catch (error) {
+        failed(error);
+        continue;
+      }
+      settleValue(
+        decision,
+        (d) => {
+          // Not granted (a full limit): asked again at the next recovery, if it still runs.
+          if (!d.ok) entry.asked = false;
+          else if (entry.done) this.refundUntimed(d);
+          else entry.permits = d;
+        },
+        failed,
+      );
     }
   }
 
