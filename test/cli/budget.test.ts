@@ -114,6 +114,10 @@ describe('tollgate budget', () => {
     expect(down.code).toBe(2);
     expect(down.stderr).toContain('127.0.0.1:1');
     expect(`${down.stdout}${down.stderr}`).not.toContain('S3CRET');
+    // Not a URL at all: a usage error, not a crash.
+    const garbage = await runCli(['budget', '--redis', 'not a url']);
+    expect(garbage.code).toBe(2);
+    expect(garbage.stderr).not.toMatch(/at .*\.ts:\d+/);
   }, 30_000);
 });
 

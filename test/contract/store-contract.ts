@@ -326,9 +326,11 @@ export function storeContract(
       expect(granted(await store.reserveAt(p, [one], [1], 10_000, T0 + 600)).startAt).toBe(T0 + 1400);
       // A start before the reserved one counts from the reserved one; a bad one is named.
       const early = granted(await store.reserveAt(fresh(), [one], [1], 0, T0));
-      await expect(
-        Promise.resolve().then(() => store.recountAt(early, 50, T0 + 500, Number.NaN)),
-      ).rejects.toThrow(/startedAt/);
+      for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, '5', null]) {
+        await expect(
+          Promise.resolve().then(() => store.recountAt(early, 50, T0 + 500, bad as never)),
+        ).rejects.toThrow(/startedAt/);
+      }
       await store.recountAt(early, 50, T0 + 500, T0 - 300);
     });
 

@@ -60,6 +60,7 @@ describe('createSharedGate options', () => {
     ['concurrencyLeaseMs with a store', { store, concurrencyLeaseMs: 1000 }, 'concurrencyLeaseMs'],
     ['a fractional lease', { redis: lazy, concurrencyLeaseMs: 1.5 }, 'redis.concurrencyLeaseMs'],
     ['a zero lease', { redis: lazy, concurrencyLeaseMs: 0 }, 'redis.concurrencyLeaseMs'],
+    ['a lease given as text', { redis: lazy, concurrencyLeaseMs: '1000' }, 'redis.concurrencyLeaseMs'],
   ])('refuses %s', (_name, options, option) => {
     rejectsOption(() => createSharedGate(options as never), option);
   });
