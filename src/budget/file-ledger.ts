@@ -204,7 +204,7 @@ export class FileLedger implements Ledger {
     }
     try {
       if (!fresh) checkExisting(db, this.path);
-      db.pragma('journal_mode = WAL');
+      enableWal(db, busyTimeoutMs);
       db.pragma(`synchronous = ${synchronous.toUpperCase()}`);
       db.transaction(() => initSchema(db, this.path)).immediate();
     } catch (error) {
@@ -561,6 +561,25 @@ export class FileLedger implements Ledger {
 }
 
 // Reads only: a file that fails any check is reported and left exactly as it was.
+/**
+ * Put the file in WAL mode (a no-op once it is). Switching needs the file to itself, and SQLite
+ * answers SQLITE_BUSY at once, without its busy handler, where waiting could deadlock two
+ * connections: 4 processes opening one new ledger together failed so in CI (once). The switch is
+ * asked again every 10 ms, for up to `timeoutMs`, as a busy lock is waited for elsewhere.
+ */
+export function enableWal(db: Pick<BetterSqlite3.Database, 'pragma'>, timeoutMs: number): void {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      db.pragma('journal_mode = WAL');
+      return;
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== 'SQLITE_BUSY' || Date.now() >= deadline) throw error;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+    }
+  }
+}
+
 function checkExisting(db: BetterSqlite3.Database, path: string): void {
   let version: number;
   let tables: string[];

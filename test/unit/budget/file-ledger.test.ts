@@ -5,7 +5,12 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { LedgerCorruptError } from '../../../src/budget/errors.js';
-import { defaultLedgerPath, FileLedger, LEDGER_SCHEMA_VERSION } from '../../../src/budget/file-ledger.js';
+import {
+  defaultLedgerPath,
+  enableWal,
+  FileLedger,
+  LEDGER_SCHEMA_VERSION,
+} from '../../../src/budget/file-ledger.js';
 import type { LedgerEntry } from '../../../src/budget/ledger.js';
 import { InvalidCostError, InvalidOptionError, isTollgateError } from '../../../src/errors.js';
 
@@ -264,5 +269,52 @@ describe('FileLedger settle', () => {
     } finally {
       ledger.close();
     }
+  });
+});
+
+// Seen once in CI (session 16): one of 4 processes opening a new ledger file together failed at
+// the switch to WAL with SQLITE_BUSY, which SQLite answers there without waiting.
+describe('enableWal', () => {
+  const busy = () => Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' });
+  it('asks again while the file is busy, then switches', () => {
+    let calls = 0;
+    enableWal(
+      {
+        pragma: () => {
+          if (++calls < 3) throw busy();
+          return 'wal';
+        },
+      } as never,
+      1_000,
+    );
+    expect(calls).toBe(3);
+  });
+
+  it('gives up after the timeout, and at once on any other error', () => {
+    const started = Date.now();
+    expect(() =>
+      enableWal(
+        {
+          pragma: () => {
+            throw busy();
+          },
+        } as never,
+        50,
+      ),
+    ).toThrow('database is locked');
+    expect(Date.now() - started).toBeGreaterThanOrEqual(45);
+    let calls = 0;
+    expect(() =>
+      enableWal(
+        {
+          pragma: () => {
+            calls++;
+            throw new Error('disk I/O error');
+          },
+        } as never,
+        1_000,
+      ),
+    ).toThrow('disk I/O error');
+    expect(calls).toBe(1);
   });
 });
