@@ -1,5 +1,6 @@
 import { type Clock, systemClock } from '../clock.js';
 import { createLimit } from '../core/create-limit.js';
+import { emissionIntervalMs } from '../core/gcra.js';
 import type { Algorithm, LimitCore, LimitSpec } from '../core/limit.js';
 import type { NormalizedLimitSpec, SpecFor } from '../core/normalize-limit-spec.js';
 import { countsWindow, recountAtMs, recountState } from '../core/recount.js';
@@ -43,6 +44,11 @@ interface PartitionState {
   readonly pauses: Map<string, number>;
   /** Scope -> learned id -> learned limit. */
   readonly learned: Map<string, Map<string, Learned>>;
+  /**
+   * Level key -> give-backs of older takes of a bucket's chain, waiting for the takes above them
+   * (mark -> cost; see `giveBackTake`). Dropped with the level's state.
+   */
+  readonly waiting: Map<string, Map<number, number>>;
 }
 
 /** The longest pause a store keeps (ms, about 31,700 years): 'forever' is that long in Redis too. */
@@ -211,11 +217,6 @@ export function adjustment(
   return recountedWindow ? 0 : used - cost;
 }
 
-/** GCRA: `state` is still the TAT of the take that left `mark` ('' when there is nothing to check). */
-function takenLast(state: unknown, mark: string | number): boolean {
-  return mark === '' || String(state) === String(mark);
-}
-
 let nextId = 0;
 
 /**
@@ -260,6 +261,7 @@ export class MemoryStore implements Store {
         if (core === undefined || core.isIdle(state, now)) {
           p.states.delete(name);
           p.cores.delete(name);
+          p.waiting.delete(name);
         }
       }
       this.dropIfEmpty(partition, p, now);
@@ -393,10 +395,7 @@ export class MemoryStore implements Store {
     const give = (core: LimitCore, name: string, cost: number, mark: string | number) => {
       if (cost === 0 || (part === 'untimed' && core.timed) || (part === 'timed' && !core.timed)) return;
       const state = p.states.get(name);
-      if (state === undefined) return;
-      // GCRA: only the latest take is refunded (see Store.refund).
-      if (!takenLast(state, mark)) return;
-      this.put(p, name, core, core.refund(state, cost, at, now), now);
+      if (state !== undefined) this.giveBackTake(p, name, core, state, cost, at, mark, now);
     };
     this.eachLevel(p, reservation, give);
     this.dropIfEmpty(reservation.partition, p, now);
@@ -470,12 +469,61 @@ export class MemoryStore implements Store {
         this.put(p, name, core, core.take(state ?? core.initial(now), delta, at), now);
         return;
       }
-      // GCRA: only the latest take is given back (see Store.refund).
-      if (state === undefined || !takenLast(state, mark)) return;
-      this.put(p, name, core, core.refund(state, -delta, at, now), now);
+      if (state !== undefined) this.giveBackTake(p, name, core, state, -delta, at, mark, now);
     };
     this.eachLevel(p, reservation, settle);
     this.dropIfEmpty(reservation.partition, p, now);
+  }
+
+  /**
+   * Give back `cost` taken at `at` from the level `name` in `state`. A bucket (a `mark`: the TAT
+   * its take left) gives back only its latest take (see `Store.refund`); an older take of its chain
+   * (the TAT above the mark) waits in `waiting` until the takes above it are given back, then goes
+   * too: processes giving back interleaved takes (at a pause) may do so in any order. Marks match
+   * within `near` (a TAT given back is (x + c·T) - c·T, which may miss x by a few ulps). The twin of
+   * the Lua `refund` (redis-scripts.ts), operation for operation.
+   */
+  private giveBackTake(
+    p: PartitionState,
+    name: string,
+    core: LimitCore,
+    state: unknown,
+    cost: number,
+    at: number,
+    mark: string | number,
+    now: number,
+  ): void {
+    if (mark === '') {
+      this.put(p, name, core, core.refund(state, cost, at, now), now);
+      return;
+    }
+    let tat = state as number;
+    const taken = Number(mark);
+    if (Number.isNaN(tat) || Number.isNaN(taken)) return;
+    // near (ms): 1e-13 of the TAT (hundreds of ulps), under a 16th of T (neighbouring marks are at
+    // least half a T apart).
+    const emissionMs = emissionIntervalMs(core.spec.limit, core.spec.intervalMs);
+    const near = Math.min(Math.abs(tat) * 1e-13, emissionMs / 16);
+    // Above the TAT: given back already (or its state was dropped).
+    if (taken > tat + near) return;
+    const waiting = p.waiting.get(name);
+    if (taken < tat - near) {
+      if (waiting === undefined) p.waiting.set(name, new Map([[taken, cost]]));
+      else waiting.set(taken, cost);
+      return;
+    }
+    tat = core.refund(tat, cost, at, now) as number;
+    if (waiting !== undefined) {
+      for (const m of [...waiting.keys()].sort((x, y) => y - x)) {
+        if (m < tat - near) break;
+        const below = waiting.get(m)!;
+        waiting.delete(m);
+        // Above the TAT: its chain is gone (a state dropped); at it: now the latest, it goes too.
+        if (m <= tat + near) tat = core.refund(tat, below, at, now) as number;
+      }
+      if (waiting.size === 0) p.waiting.delete(name);
+    }
+    this.put(p, name, core, tat, now);
   }
 
   /**
@@ -598,7 +646,7 @@ export class MemoryStore implements Store {
   private partitionOf(partition: string): PartitionState {
     let p = this.partitions.get(partition);
     if (p === undefined) {
-      p = { states: new Map(), cores: new Map(), pauses: new Map(), learned: new Map() };
+      p = { states: new Map(), cores: new Map(), pauses: new Map(), learned: new Map(), waiting: new Map() };
       this.partitions.set(partition, p);
     }
     return p;
@@ -623,6 +671,7 @@ export class MemoryStore implements Store {
     if (core.isIdle(state, now)) {
       p.states.delete(name);
       p.cores.delete(name);
+      p.waiting.delete(name);
     } else {
       p.states.set(name, state);
       p.cores.set(name, core);

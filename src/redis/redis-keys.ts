@@ -5,6 +5,8 @@
  * secrets (an API key is a natural partition key): they appear only as SHA-256 digests, never raw.
  *
  *   {tollgate:<h(partition)>}:s:<h(level)>            a level's state (string or hash), TTL until idle
+ *   {tollgate:<h(partition)>}:s:<h(level)>:g          a bucket's give-backs waiting for the takes above
+ *                                                      them (mark -> cost), TTL no longer than the state's
  *   {tollgate:<h(partition)>}:m:<h(scope)|->          meta hash: 'p' -> pause end (store time ms),
  *                                                      'l:<id>' -> learned 'algo limit intervalMs burst unit',
  *                                                      'e:<id>' -> when it expires (store time ms);

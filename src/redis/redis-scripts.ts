@@ -468,9 +468,13 @@ local function save(L, s, now)
   return ''
 end
 
--- Refund cost taken at at. GCRA refunds only the latest take (its TAT still equals the mark the
--- reservation returned): giving back an older one would let the next call start inside the chain
--- of reservations behind it. Windows and logs subtract from the window or entry the take was in.
+-- Refund cost taken at at. GCRA gives back only the latest take (its TAT still equals the mark
+-- the reservation returned): giving back an older one would let the next call start inside the
+-- chain of reservations behind it. An older take of the chain (TAT above its mark) waits in the
+-- level's give-back hash (mark -> cost, key L.key .. ':g'), and goes back once the takes above it
+-- have: processes giving back interleaved takes (at a pause) may do so in any order. Marks match
+-- within near (a TAT given back is (x + c·T) - c·T, which may miss x by a few ulps). Windows and
+-- logs subtract from the window or entry the take was in. memory-store.ts giveBackTake is its twin.
 local function refund(L, cost, at, mark, id, now)
   local algo = L.algo
   if algo == 'cc' then
@@ -478,15 +482,49 @@ local function refund(L, cost, at, mark, id, now)
     return
   end
   if algo == 'tb' or algo == 'lb' then
-    local raw = redis.call('GET', L.key)
-    -- Compared as numbers: a state written by the bucket script is Redis's decimal of the double.
-    if raw and tonumber(raw) == tonumber(mark) then
-      local tat = tonumber(raw) - cost * L.T
-      if tat > now - L.full then
-        redis.call('SET', L.key, fmt(tat), 'PX', ttlUntil(tat + L.full, now))
-      else
-        redis.call('DEL', L.key)
+    local tat, taken = tonumber(redis.call('GET', L.key) or ''), tonumber(mark)
+    if tat == nil or taken == nil then return end
+    -- near (ms): 1e-13 of the TAT (hundreds of ulps), under a 16th of T (neighbouring marks are
+    -- at least half a T apart).
+    local near = math.abs(tat) * 1e-13
+    if near > L.T / 16 then near = L.T / 16 end
+    -- Above the TAT: given back already (or its state was dropped).
+    if taken > tat + near then return end
+    local waiting = L.key .. ':g'
+    if taken < tat - near then
+      -- Waits for the takes above; lives no longer than the state does now.
+      redis.call('HSET', waiting, fmt(taken), fmt(cost))
+      redis.call('PEXPIRE', waiting, ttlUntil(tat + L.full, now))
+      return
+    end
+    tat = tat - cost * L.T
+    local flat = redis.call('HGETALL', waiting)
+    if #flat > 0 then
+      local marks = {}
+      for f = 1, #flat, 2 do
+        local m, c = tonumber(flat[f]), tonumber(flat[f + 1])
+        -- Unreadable (not written by this script): dropped, never given back.
+        if m and c and m == m and c == c and c > 0 and c < INF then
+          marks[#marks + 1] = { m, c, flat[f] }
+        else
+          redis.call('HDEL', waiting, flat[f])
+        end
       end
+      table.sort(marks, function(x, y) return x[1] > y[1] end)
+      for e = 1, #marks do
+        local m = marks[e]
+        if m[1] < tat - near then break end
+        redis.call('HDEL', waiting, m[3])
+        -- Above the TAT: its chain is gone (a state dropped); at it: now the latest, it goes too.
+        if m[1] <= tat + near then tat = tat - m[2] * L.T end
+      end
+    end
+    if tat > now - L.full then
+      local ttl = ttlUntil(tat + L.full, now)
+      redis.call('SET', L.key, fmt(tat), 'PX', ttl)
+      redis.call('PEXPIRE', waiting, ttl)
+    else
+      redis.call('DEL', L.key, waiting)
     end
     return
   end

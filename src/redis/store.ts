@@ -164,8 +164,10 @@ export interface Store {
   ): MaybePromise<StoreDecision>;
   /**
    * Give a reservation back: all of it (a cancelled wait), or with `'untimed'` only its concurrency
-   * permits (the call finished). A timed level refunds exactly when the reservation is still its
-   * latest take; an older one stays counted (never over-admits).
+   * permits (the call finished). A bucket gives back a take when it is its latest; an older take
+   * of its chain waits, and goes back once every take above it has (never over-admits: until then
+   * it stays counted; the takes above may belong to other processes, which give theirs back at a
+   * pause, in any order). Windows and logs give back from the window the take was counted in.
    */
   refund(reservation: StoreReservation, which?: 'all' | 'untimed'): MaybePromise<void>;
   refundAt(reservation: StoreReservation, now: number, which?: 'all' | 'untimed'): MaybePromise<void>;
@@ -195,8 +197,8 @@ export interface Store {
    * admit), at the reservation's start; with `recountMarginMs` (the call's windows are counted from
    * its response, as `recount` does), a window level is taken where a recount puts the call:
    * `min(now, startAt + max(recountMarginMs, intervalMs / 10))`, and a reservation not recounted yet
-   * is recounted first. Less is given back only where that is exact: a bucket whose latest take is
-   * still this reservation's (see `refund`), a window or log without `recountMarginMs` (with it, the
+   * is recounted first. Less is given back only where that is exact: a bucket as a refund gives
+   * back (the latest take, or an older one once the takes above it are given back), a window or log without `recountMarginMs` (with it, the
    * estimate was moved and stays counted: never under-counted). A unit that is missing, negative or
    * not finite changes nothing, and concurrency is untouched. Once per reservation; nothing once its
    * timed levels were refunded. Optional: with a store that has none, the estimate stays counted.

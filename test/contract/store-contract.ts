@@ -225,6 +225,45 @@ export function storeContract(
       expect(granted(await store.reserveAt(p, [leaky], [1], 10_000, T0 + 20)).startAt).toBe(T0 + 300);
     });
 
+    it('an older bucket take given back waits for the takes above it, then goes with them, in any order', async () => {
+      const store = await make();
+      const p = fresh();
+      const take = async () => granted(await store.reserveAt(p, [leaky], [1], 10_000, T0));
+      const [a, b, c, d] = [await take(), await take(), await take(), await take()];
+      expect([a, b, c, d].map((r) => r.startAt - T0)).toEqual([0, 100, 200, 300]);
+      // Given back out of order (as processes holding interleaved takes do at a pause): b and a
+      // wait, c waits for d, and each stays counted meanwhile.
+      await store.refundAt(b, T0 + 10);
+      await store.refundAt(a, T0 + 10);
+      await store.refundAt(c, T0 + 10);
+      expect(await store.reserveAt(p, [leaky], [1], 0, T0 + 20)).toMatchObject({
+        ok: false,
+        retryAfterMs: 380,
+      });
+      // d is the latest: it goes, and c, b and a with it; the bucket is as before any take.
+      await store.refundAt(d, T0 + 10);
+      expect(granted(await store.reserveAt(p, [leaky], [1], 0, T0 + 20)).startAt).toBe(T0 + 20);
+      expect(granted(await store.reserveAt(p, [leaky], [1], 10_000, T0 + 20)).startAt).toBe(T0 + 120);
+      // A second refund of any of them gives nothing more.
+      for (const r of [a, b, c, d]) await store.refundAt(r, T0 + 30);
+      expect(granted(await store.reserveAt(p, [leaky], [1], 10_000, T0 + 30)).startAt).toBe(T0 + 220);
+    });
+
+    it('a waiting give-back stops at a take not given back: what lies above it stays counted', async () => {
+      const store = await make();
+      const p = fresh();
+      const take = async () => granted(await store.reserveAt(p, [tb], [1], 10_000, T0));
+      // burst 3 at T0, then 100 ms apart.
+      const [a, b, c, d, e] = [await take(), await take(), await take(), await take(), await take()];
+      expect(e.startAt).toBe(T0 + 200);
+      await store.refundAt(b, T0 + 10);
+      await store.refundAt(d, T0 + 10);
+      // e goes, then d (waiting); c was not given back: b keeps waiting behind it.
+      await store.refundAt(e, T0 + 10);
+      expect(granted(await store.reserveAt(p, [tb], [1], 10_000, T0 + 20)).startAt).toBe(T0 + 100);
+      expect(a.ok && c.ok).toBe(true);
+    });
+
     it('a refund on a window or a log gives back the units of the window or entry it was taken in', async () => {
       const store = await make();
       const p = fresh();
@@ -396,6 +435,14 @@ export function storeContract(
         await adjust(store, older, { tokens: 2 }, undefined, T0 + 10);
         // A later take stands behind it: giving back would let calls into the chain.
         expect(granted(await store.reserveAt(q, [tokens], [10], 10_000, T0 + 20)).startAt).toBe(T0 + 900);
+        // Until that take is given back: then what the older one did not use goes too.
+        const r2 = fresh();
+        const first = granted(await store.reserveAt(r2, [tokens], [8], 10_000, T0));
+        const second = granted(await store.reserveAt(r2, [tokens], [1], 10_000, T0));
+        await adjust(store, first, { tokens: 2 }, undefined, T0 + 10);
+        await store.refundAt(second, T0 + 10);
+        // 2 tokens taken at T0: full again at T0 + 200.
+        expect(granted(await store.reserveAt(r2, [tokens], [10], 10_000, T0 + 20)).startAt).toBe(T0 + 200);
       });
 
       it('a window is charged more in the window of the start, and gives back less unless recounted', async () => {

@@ -56,3 +56,78 @@ describe.skipIf(skip !== false)('redis store: garbage where a learned limit keep
     }
   });
 });
+
+describe.skipIf(skip !== false)(
+  'redis store: an older bucket take given back waits in a hash beside its state',
+  () => {
+    const leaky = {
+      id: 'leaky',
+      spec: createLimit({ algorithm: 'leaky-bucket', limit: 10, intervalMs: 1000 }).spec,
+    };
+    const granted = (d: Awaited<ReturnType<RedisStore['reserve']>>) => {
+      if (!d.ok) throw new Error(`expected a reservation, got ${JSON.stringify(d)}`);
+      return d;
+    };
+
+    it('lives no longer than the state, and goes with the latest take', async () => {
+      const store = new RedisStore({ redis: REDIS_URL, keyPrefix: `${prefix}-waiting` });
+      try {
+        const p = `waiting-${Date.now()}`;
+        const [a, b, c] = [
+          granted(await store.reserve(p, [leaky], [1], 10_000)),
+          granted(await store.reserve(p, [leaky], [1], 10_000)),
+          granted(await store.reserve(p, [leaky], [1], 10_000)),
+        ];
+        await store.refund(b);
+        const keys = await keysOfTag(admin!, `{${prefix}-waiting:${digests.get(p)}}*`);
+        const waiting = keys.filter((k) => k.endsWith(':g'));
+        expect(waiting).toHaveLength(1);
+        const state = waiting[0]!.slice(0, -2);
+        expect(keys).toContain(state);
+        const [waitingTtl, stateTtl] = [await admin!.pttl(waiting[0]!), await admin!.pttl(state)];
+        expect(waitingTtl).toBeGreaterThan(0);
+        expect(waitingTtl).toBeLessThanOrEqual(stateTtl + 1);
+        // c is the latest: it goes, then b; a still stands.
+        await store.refund(c);
+        expect(await admin!.exists(waiting[0]!)).toBe(0);
+        const next = granted(await store.reserve(p, [leaky], [1], 10_000));
+        expect(next.startAt - a.startAt).toBeGreaterThanOrEqual(99);
+        expect(next.startAt - a.startAt).toBeLessThan(150);
+      } finally {
+        await store.close();
+      }
+    });
+
+    it('garbage in the hash is dropped, never given back, and never fails a refund', async () => {
+      const store = new RedisStore({ redis: REDIS_URL, keyPrefix: `${prefix}-waiting` });
+      try {
+        const p = `waiting-garbage-${Date.now()}`;
+        const takes = [];
+        for (let i = 0; i < 3; i++) takes.push(granted(await store.reserve(p, [leaky], [1], 10_000)));
+        await store.refund(takes[1]!);
+        const waiting = (await keysOfTag(admin!, `{${prefix}-waiting:${digests.get(p)}}*`)).find((k) =>
+          k.endsWith(':g'),
+        )!;
+        const [field] = Object.keys(await admin!.hgetall(waiting));
+        // Every field and cost that is not a finite mark and a positive cost, beside the real entry.
+        await admin!.hset(waiting, {
+          x: '1',
+          NaN: '1',
+          '1e999': '1',
+          [`${field}0`]: 'y',
+          '-inf': '-1',
+          '5': 'nan',
+          '6': '1e999',
+        });
+        await store.refund(takes[2]!);
+        // The real entry went with the latest take; the garbage was dropped.
+        expect(await admin!.exists(waiting)).toBe(0);
+        const next = granted(await store.reserve(p, [leaky], [1], 10_000));
+        expect(next.startAt - takes[0]!.startAt).toBeLessThan(150);
+        expect(next.startAt - takes[0]!.startAt).toBeGreaterThanOrEqual(99);
+      } finally {
+        await store.close();
+      }
+    });
+  },
+);
