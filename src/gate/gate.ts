@@ -2043,7 +2043,8 @@ export class Gate {
       // its answer (a 429 past the cap refuses it with RateLimitedError) decides. Such a quota is
       // not renewed at its capped reset: that would send a whole window at once.
       const capped = policy!.resetMs! > adapt.maxRetryAfterMs;
-      const resetAt = now + Math.min(policy!.resetMs!, adapt.maxRetryAfterMs);
+      const heldMs = Math.min(policy!.resetMs!, adapt.maxRetryAfterMs);
+      const resetAt = now + heldMs;
       // The window to renew with: stated, else the longest reset span seen (a response early in a
       // window shows nearly all of it).
       const spanMs = capped ? 0 : (policy!.windowMs ?? Math.max(previous?.spanMs ?? 0, policy!.resetMs!));
@@ -2066,9 +2067,12 @@ export class Gate {
         changed = true;
         continue;
       }
-      // Providers whose reset means "full again" are token buckets: refill continuously.
-      const refillPerMs =
-        REFILL_SOURCES.has(policy!.source) && policy!.limit !== undefined && policy!.resetMs! > 0
+      // Providers whose reset means "full again" are token buckets: refill continuously. Not past
+      // the cap: a refill spread over the far reset held the next call for that long (a unit every
+      // 48 minutes for 10 over 8000 h); the capped reset holds it instead, as for other providers.
+      const refillPerMs = capped
+        ? 0
+        : REFILL_SOURCES.has(policy!.source) && policy!.limit !== undefined && policy!.resetMs! > 0
           ? Math.max(0, policy!.limit - policy!.remaining!) / policy!.resetMs!
           : (previous?.refillPerMs ?? 0);
       // In the window the quota already describes, or in the bucket it refills, the lower of the
@@ -2097,8 +2101,8 @@ export class Gate {
             : resetAt,
         limit: capped ? undefined : policy!.limit,
         spanMs,
-        // spread: ms per unit so what is left lasts until the (real) reset.
-        spacingMs: adapt.pacing === 'spread' && left > 0 ? policy!.resetMs! / left : 0,
+        // spread: ms per unit so what is left lasts until the (real) reset, or the capped one.
+        spacingMs: adapt.pacing === 'spread' && left > 0 ? heldMs / left : 0,
         spread: adapt.pacing === 'spread',
         nextAt: previous?.nextAt ?? now,
         seq: call.seq,

@@ -344,6 +344,58 @@ describe('gate adaptation: remaining and reset', () => {
     expect(api.sent.map((s) => s.at - T0)).toEqual([0, 60_000]);
   });
 
+  // Found by a review (session 17): the cap held only the reset; a refill computed from the far
+  // reset (OpenAI, Anthropic: "full again" at the reset) or spread pacing over it held the next
+  // call for weeks (10 requests over 8000 h: a unit every 48 minutes).
+  it.each([
+    [
+      'OpenAI',
+      {
+        'x-ratelimit-limit-requests': '10',
+        'x-ratelimit-remaining-requests': '0',
+        'x-ratelimit-reset-requests': '8000h',
+      },
+      'burst',
+    ],
+    [
+      'Anthropic',
+      {
+        'anthropic-ratelimit-requests-limit': '10',
+        'anthropic-ratelimit-requests-remaining': '0',
+        'anthropic-ratelimit-requests-reset': '2027-09-30T12:00:00Z',
+      },
+      'burst',
+    ],
+    [
+      'OpenAI, spread pacing',
+      {
+        'x-ratelimit-limit-requests': '10',
+        'x-ratelimit-remaining-requests': '5',
+        'x-ratelimit-reset-requests': '8000h',
+      },
+      'spread',
+    ],
+  ] as const)(
+    'a far "full again" reset (%s) holds calls no longer than maxRetryAfterMs',
+    async (_, headers, pacing) => {
+      const clock = new ManualClock(T0);
+      const gate = createGate({ clock, adapt: { maxRetryAfterMs: 2000, pacing, learn: false } });
+      const api = provider(clock, (n) => ({ status: 200, headers: n === 0 ? { ...headers } : {} }));
+      const first = api.call('api');
+      await gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+      const calls = [api.call('api'), api.call('api')];
+      const queued = calls.map((c) => gate.schedule(c.fn, { key: 'api', inspect: c.inspect }));
+      for (let s = 0; s < 50; s++) {
+        await flush();
+        clock.advance(100);
+      }
+      await Promise.all(queued);
+      // Both sent within the cap (2 s) of the first answer.
+      expect(api.sent).toHaveLength(3);
+      for (const sent of api.sent) expect(sent.at - T0).toBeLessThanOrEqual(2000);
+    },
+  );
+
   it('spread pacing spreads a renewed window too, after one that ended at 0', async () => {
     const clock = new ManualClock(T0);
     const gate = createGate({ clock, adapt: { pacing: 'spread', learn: false } });
