@@ -39,8 +39,11 @@
  * - **Other statuses and network errors** are returned or rejected unchanged. Refusals before
  *   sending (`QueueTimeoutError`, `QueueFullError`, `BudgetExceededError`, `GateClosedError`,
  *   `InvalidOptionError` for a bad `config.tollgate`) reject with tollgate's typed errors.
- * - **Config is preserved**: the wrapper passes the config it receives, untouched, to the real
- *   adapter (baseURL, params, headers, auth, timeouts, proxies, `responseType`, `env`).
+ * - **Config is preserved**: the wrapper passes the config it receives to the real adapter
+ *   (baseURL, params, headers, auth, timeouts, proxies, `responseType`, `env`), with one change:
+ *   where `adapter` names adapters, `env.fetch` becomes a wrapper of the fetch it had (or of the
+ *   global one) that notes whether fetch followed a redirect, which axios's fetch adapter does not
+ *   say (see `inspectOutcome`'s `processed`).
  * - **Non-replayable bodies** (a stream as `data`) are marked not retryable: a 429 on one rejects
  *   as above instead of re-sending an empty stream.
  */
@@ -196,6 +199,7 @@ export function throttleAxios(
     let inner: AxiosAdapter;
     let scheduleOptions: ScheduleOptions;
     try {
+      if (typeof setting !== 'function') seeRedirectsOfFetch(config);
       inner = resolveAdapter(setting, config);
       scheduleOptions = scheduleOptionsOf(hooks, config, config.tollgate, 'config.tollgate');
     } catch (error) {
@@ -371,14 +375,58 @@ function attachCause(error: unknown, cause: unknown): void {
   }
 }
 
-/** Release a response the gate drops (a retried 429): streams are destroyed, buffered bodies need nothing. */
-/** Redirects followed for `response` (axios's Node adapter, through follow-redirects); 0 when unknown. */
-function redirectsOf(response: { request?: unknown }): number {
-  const count = (response.request as { _redirectable?: { _redirectCount?: unknown } } | undefined)
-    ?._redirectable?._redirectCount;
-  return typeof count === 'number' ? count : 0;
+/**
+ * Requests that axios's fetch adapter sent and fetch followed a redirect for. That adapter hands
+ * back the `Request` it built as `response.request`, and nothing of fetch's `Response` (whose
+ * `redirected` says it): `seeRedirectsOfFetch` gives it a fetch that notes them here.
+ */
+const redirectedRequests = new WeakSet<object>();
+/** One noting fetch per fetch it calls (axios caches an adapter per `env.fetch` function). */
+const notingFetches = new WeakMap<typeof fetch, typeof fetch>();
+const noting = new WeakSet<typeof fetch>();
+/** The noting fetch of "the global fetch at the time of the call" (msw and tests replace it). */
+let notingGlobal: typeof fetch | undefined;
+
+function notingFetch(base: typeof fetch | undefined): typeof fetch {
+  let wrapper = base === undefined ? notingGlobal : notingFetches.get(base);
+  if (wrapper !== undefined) return wrapper;
+  wrapper = async (input, init) => {
+    const response = await (base ?? globalThis.fetch)(input, init);
+    if (response.redirected && typeof input === 'object' && input !== null) redirectedRequests.add(input);
+    return response;
+  };
+  noting.add(wrapper);
+  if (base === undefined) notingGlobal = wrapper;
+  else notingFetches.set(base, wrapper);
+  return wrapper;
 }
 
+/**
+ * Give the request's `env.fetch` (axios's fetch adapter uses it, the others ignore it) a wrapper of
+ * the fetch it had, or of the global one, that notes a redirected response in `redirectedRequests`.
+ * Only where `config.adapter` names adapters: an adapter function is built already.
+ */
+function seeRedirectsOfFetch(config: InternalAxiosRequestConfig): void {
+  if (typeof globalThis.fetch !== 'function') return;
+  const env = (config as { env?: { fetch?: unknown } }).env;
+  const own = typeof env?.fetch === 'function' ? (env.fetch as typeof fetch) : undefined;
+  if (own !== undefined && noting.has(own)) return;
+  (config as { env?: object }).env = { ...env, fetch: notingFetch(own) };
+}
+
+/**
+ * Redirects followed for `response`: axios's Node adapter counts them (follow-redirects), its fetch
+ * adapter's are noted by `seeRedirectsOfFetch`; 0 when unknown.
+ */
+function redirectsOf(response: { request?: unknown }): number {
+  const request = response.request;
+  const count = (request as { _redirectable?: { _redirectCount?: unknown } } | undefined)?._redirectable
+    ?._redirectCount;
+  if (typeof count === 'number') return count;
+  return typeof request === 'object' && request !== null && redirectedRequests.has(request) ? 1 : 0;
+}
+
+/** Release a response the gate drops (a retried 429): streams are destroyed, buffered bodies need nothing. */
 function releaseData(data: unknown): void {
   if (typeof data !== 'object' || data === null) return;
   try {

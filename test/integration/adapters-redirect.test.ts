@@ -54,8 +54,15 @@ const adapters: Record<string, (gate: Gate) => Send> = {
       return response.status;
     };
   },
-  axios: (gate) => {
-    const instance = axios.create();
+  axios: (gate) => axiosSend(gate, undefined),
+  // Found by a review (session 17): axios's fetch adapter says nothing of redirects (its response
+  // carries the Request, not fetch's Response), and the POST was sent 4 times.
+  'axios (fetch adapter)': (gate) => axiosSend(gate, 'fetch'),
+};
+
+function axiosSend(gate: Gate, adapter: 'fetch' | undefined): Send {
+  {
+    const instance = axios.create(adapter === undefined ? {} : { adapter });
     disposers.push(throttleAxios(instance, gate, { axios }));
     return async (url, method) => {
       try {
@@ -66,8 +73,8 @@ const adapters: Record<string, (gate: Gate) => Send> = {
         throw error;
       }
     };
-  },
-};
+  }
+}
 
 describe.each(Object.entries(adapters))('%s: a redirected request and a throttled target', (_name, make) => {
   it('a POST redirected (303) to a page that answers 429 is sent once; the 429 is returned and pauses the key', async () => {
@@ -198,4 +205,24 @@ describe('Inspection.processed, in both gates', () => {
       }
     },
   );
+});
+
+describe('axios fetch adapter: a fetch of its own (config.env.fetch)', () => {
+  it('is still the one that sends, and its redirects are seen: the POST is sent once', async () => {
+    const server = await ordersServer(1);
+    const gate = createGate({ clock: new ManualClock(T0) });
+    const seen: string[] = [];
+    const own: typeof fetch = (input, init) => {
+      seen.push(input instanceof Request ? input.method : String(init?.method));
+      return fetch(input, init);
+    };
+    const instance = axios.create({ adapter: 'fetch', env: { fetch: own } });
+    disposers.push(throttleAxios(instance, gate, { axios }));
+    const error = await instance.post(`${server.url}/orders`, { item: 1 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(AxiosError);
+    expect((error as AxiosError).response?.status).toBe(429);
+    expect(seen).toEqual(['POST']);
+    expect(server.requests.map((r) => r.method)).toEqual(['POST', 'GET']);
+    await gate.close();
+  });
 });
