@@ -313,19 +313,17 @@ export class RedisStore implements Store {
       'batch',
     ];
     onlyKnownKeys('redis', o, known);
-    const prefix = nonEmptyString('redis.keyPrefix', o['keyPrefix'] ?? 'tollgate');
+    const prefix = nonEmptyString('keyPrefix', o['keyPrefix'] ?? 'tollgate');
     if (!/^[\w\-.:]{1,100}$/.test(prefix) || prefix.includes('{') || prefix.includes('}')) {
-      throw invalid('redis.keyPrefix', 'letters, digits and `-_.:` (at most 100)', prefix);
+      throw invalid('keyPrefix', 'letters, digits and `-_.:` (at most 100)', prefix);
     }
     this.keyPrefix = prefix;
-    this.commandTimeoutMs = integer('redis.commandTimeoutMs', o['commandTimeoutMs'] ?? 250, 1);
-    this.concurrencyLeaseMs = String(
-      integer('redis.concurrencyLeaseMs', o['concurrencyLeaseMs'] ?? 300_000, 1),
-    );
-    this.learnedTtlMs = integer('redis.learnedTtlMs', o['learnedTtlMs'] ?? 600_000, 1);
-    this.minTtlMs = String(integer('redis.minTtlMs', o['minTtlMs'] ?? 1, 1));
+    this.commandTimeoutMs = integer('commandTimeoutMs', o['commandTimeoutMs'] ?? 250, 1);
+    this.concurrencyLeaseMs = String(integer('concurrencyLeaseMs', o['concurrencyLeaseMs'] ?? 300_000, 1));
+    this.learnedTtlMs = integer('learnedTtlMs', o['learnedTtlMs'] ?? 600_000, 1);
+    this.minTtlMs = String(integer('minTtlMs', o['minTtlMs'] ?? 1, 1));
     const batch = o['batch'] ?? true;
-    if (typeof batch !== 'boolean') throw invalid('redis.batch', 'a boolean', batch);
+    if (typeof batch !== 'boolean') throw invalid('batch', 'a boolean', batch);
     this.batch = batch;
     const redis = o['redis'];
     if (typeof redis === 'string') {

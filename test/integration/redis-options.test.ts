@@ -55,12 +55,12 @@ describe('createSharedGate options', () => {
     ['a negative deadline', { store, maxQueueTimeMs: -1 }, 'maxQueueTimeMs'],
     ['a budget without methods', { store, budget: { tryReserve: () => 0 } }, 'budget.settle'],
     ['a redis that is a number', { redis: 42 }, 'redis'],
-    ['a key prefix with braces', { redis: lazy, keyPrefix: 'a{b}' }, 'redis.keyPrefix'],
-    ['a zero command timeout', { redis: lazy, commandTimeoutMs: 0 }, 'redis.commandTimeoutMs'],
+    ['a key prefix with braces', { redis: lazy, keyPrefix: 'a{b}' }, 'keyPrefix'],
+    ['a zero command timeout', { redis: lazy, commandTimeoutMs: 0 }, 'commandTimeoutMs'],
     ['concurrencyLeaseMs with a store', { store, concurrencyLeaseMs: 1000 }, 'concurrencyLeaseMs'],
-    ['a fractional lease', { redis: lazy, concurrencyLeaseMs: 1.5 }, 'redis.concurrencyLeaseMs'],
-    ['a zero lease', { redis: lazy, concurrencyLeaseMs: 0 }, 'redis.concurrencyLeaseMs'],
-    ['a lease given as text', { redis: lazy, concurrencyLeaseMs: '1000' }, 'redis.concurrencyLeaseMs'],
+    ['a fractional lease', { redis: lazy, concurrencyLeaseMs: 1.5 }, 'concurrencyLeaseMs'],
+    ['a zero lease', { redis: lazy, concurrencyLeaseMs: 0 }, 'concurrencyLeaseMs'],
+    ['a lease given as text', { redis: lazy, concurrencyLeaseMs: '1000' }, 'concurrencyLeaseMs'],
   ])('refuses %s', (_name, options, option) => {
     rejectsOption(() => createSharedGate(options as never), option);
   });
@@ -81,6 +81,33 @@ describe('createSharedGate options', () => {
       expect(error).toBeInstanceOf(InvalidOptionError);
       expect((error as InvalidOptionError).option).toBe('redis');
       expect(inspect(error, { depth: 10, showHidden: true })).not.toContain('S3CRETPASS');
+    }
+  });
+
+  // Found by a review (session 17): ioredis reads any scheme as redis://, so http://host:6379
+  // connected to the Redis there; only redis:// and rediss:// are meant.
+  it('refuses a URL of another scheme at construction, without showing it', () => {
+    for (const url of [
+      'http://:S3CRETPASS@127.0.0.1:6379',
+      'https://127.0.0.1:6379/S3CRETPASS',
+      'valkey://127.0.0.1:6379',
+    ]) {
+      for (const make of [
+        () => createSharedGate({ redis: url }),
+        () => new RedisStore({ redis: url }),
+        () => new RedisLedger({ redis: url }),
+      ]) {
+        let error: unknown;
+        try {
+          make();
+        } catch (e) {
+          error = e;
+        }
+        expect(error).toBeInstanceOf(InvalidOptionError);
+        expect((error as InvalidOptionError).option).toBe('redis');
+        expect((error as Error).message).toMatch(/redis:\/\/ or rediss:\/\//);
+        expect(inspect(error, { depth: 10, showHidden: true })).not.toContain('S3CRETPASS');
+      }
     }
   });
 
@@ -165,11 +192,11 @@ describe('store, ledger and budget options', () => {
   it.each([
     ['an unknown option', { redis: lazy, prefix: 'x' }, 'redis.prefix'],
     ['no client', { redis: undefined }, 'redis'],
-    ['a key prefix with a space', { redis: lazy, keyPrefix: 'a b' }, 'redis.keyPrefix'],
-    ['an empty key prefix', { redis: lazy, keyPrefix: '' }, 'redis.keyPrefix'],
-    ['a zero lease', { redis: lazy, concurrencyLeaseMs: 0 }, 'redis.concurrencyLeaseMs'],
-    ['a fractional learned TTL', { redis: lazy, learnedTtlMs: 1.5 }, 'redis.learnedTtlMs'],
-    ['a zero minimum TTL', { redis: lazy, minTtlMs: 0 }, 'redis.minTtlMs'],
+    ['a key prefix with a space', { redis: lazy, keyPrefix: 'a b' }, 'keyPrefix'],
+    ['an empty key prefix', { redis: lazy, keyPrefix: '' }, 'keyPrefix'],
+    ['a zero lease', { redis: lazy, concurrencyLeaseMs: 0 }, 'concurrencyLeaseMs'],
+    ['a fractional learned TTL', { redis: lazy, learnedTtlMs: 1.5 }, 'learnedTtlMs'],
+    ['a zero minimum TTL', { redis: lazy, minTtlMs: 0 }, 'minTtlMs'],
   ])('RedisStore refuses %s', (_name, options, option) => {
     rejectsOption(() => new RedisStore(options as never), option);
   });
