@@ -312,7 +312,7 @@ export class RedisStore implements Store {
       'minTtlMs',
       'batch',
     ];
-    onlyKnownKeys('redis', o, known);
+    onlyKnownKeys('options', o, known);
     const prefix = nonEmptyString('keyPrefix', o['keyPrefix'] ?? 'tollgate');
     if (!/^[\w\-.:]{1,100}$/.test(prefix) || prefix.includes('{') || prefix.includes('}')) {
       throw invalid('keyPrefix', 'letters, digits and `-_.:` (at most 100)', prefix);

@@ -385,7 +385,7 @@ describe.skipIf(skip !== false)('RedisStore batches concurrent decisions', () =>
       error = e;
     }
     expect(error).toBeInstanceOf(InvalidOptionError);
-    expect((error as InvalidOptionError).option).toBe('redis.batch');
+    expect((error as InvalidOptionError).option).toBe('batch');
   });
 
   it.skipIf(!hasRedisServer())(

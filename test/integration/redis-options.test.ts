@@ -190,7 +190,7 @@ describe('createSharedGate options', () => {
 
 describe('store, ledger and budget options', () => {
   it.each([
-    ['an unknown option', { redis: lazy, prefix: 'x' }, 'redis.prefix'],
+    ['an unknown option', { redis: lazy, prefix: 'x' }, 'options.prefix'],
     ['no client', { redis: undefined }, 'redis'],
     ['a key prefix with a space', { redis: lazy, keyPrefix: 'a b' }, 'keyPrefix'],
     ['an empty key prefix', { redis: lazy, keyPrefix: '' }, 'keyPrefix'],
