@@ -168,7 +168,18 @@ export async function send(
       let status: number | undefined;
       try {
         const signals = [options.kill];
-        if (Number.isFinite(options.timeoutMs)) signals.push(AbortSignal.timeout(options.timeoutMs));
+        if (Number.isFinite(options.timeoutMs)) {
+          // A timer of its own rather than AbortSignal.timeout: held only by AbortSignal.any, that
+          // signal could be collected before the body was read, and the body then had no timeout
+          // (found by a review: a body trickling for 3 s came back ok with --timeout 1s, in a file
+          // of two lines). The timer holds the controller until it fires; unref'd, it keeps no run alive.
+          const timeout = new AbortController();
+          setTimeout(
+            () => timeout.abort(new DOMException('The operation was aborted due to timeout', 'TimeoutError')),
+            options.timeoutMs,
+          ).unref();
+          signals.push(timeout.signal);
+        }
         // `send` passes the URL (never a Request) and an init holding every header.
         const response = await fetchFollowingRedirects(new URL(String(input)), {
           ...init,

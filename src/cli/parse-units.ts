@@ -210,6 +210,11 @@ export function parseLimit(text: string, flag = '--limit'): LimitSpec {
   if (rate.count === 1) {
     return { algorithm: 'leaky-bucket', limit: 1, intervalMs: rate.intervalMs, unit: rate.unit };
   }
+  // Units other than requests (tokens): one request may cost much of the window, which a
+  // window-safe bucket refuses above its burst (a tenth: `--limit 1000tokens/min` refused a
+  // 500-token prompt, found by a review). A sliding log holds N in any window and admits up to N.
+  if (rate.unit !== 'requests')
+    return { algorithm: 'sliding-log', limit: rate.count, intervalMs: rate.intervalMs, unit: rate.unit };
   return windowSafe(rate.count, rate.intervalMs, { unit: rate.unit });
 }
 

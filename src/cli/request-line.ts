@@ -71,7 +71,12 @@ function kindOf(value: unknown): string {
 }
 
 /** Parse and validate one line. Throws `MalformedLineError`. */
-export function parseRequestLine(text: string, line: number, baseUrl: URL | undefined): RequestSpec {
+export function parseRequestLine(
+  text: string,
+  line: number,
+  baseUrl: URL | undefined,
+  currency?: string,
+): RequestSpec {
   const bad = (message: string) => new MalformedLineError(line, message);
   let value: unknown;
   try {
@@ -178,11 +183,18 @@ export function parseRequestLine(text: string, line: number, baseUrl: URL | unde
 
   let priceMicros: number | undefined;
   if (o['price'] !== undefined && o['price'] !== null) {
+    let price: ReturnType<typeof parsePrice>;
     try {
-      priceMicros = parsePrice('price', o['price']).micros;
+      price = parsePrice('price', o['price']);
     } catch {
       throw bad(`expected \`price\` to be an amount like 0.002 or "$0.002", got ${show(o['price'])}`);
     }
+    // In another currency it would be counted 1:1 against the budget.
+    if (currency !== undefined && price.currency !== undefined && price.currency !== currency)
+      throw bad(
+        `expected \`price\` in ${currency.toUpperCase()}, the budget's currency, got ${show(o['price'])}`,
+      );
+    priceMicros = price.micros;
   }
 
   const priority = o['priority'];

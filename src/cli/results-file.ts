@@ -2,7 +2,16 @@
  * The output JSONL: one result per request, appended as each completes, so a crash or Ctrl-C loses
  * nothing that completed; and the set of ids already completed, so a re-run resumes.
  */
-import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fstatSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
 import { dirname } from 'node:path';
 import { readFileLines } from './jsonl.js';
 
@@ -40,7 +49,10 @@ export async function readCompleted(path: string, stopped: () => boolean = () =>
   const foreign = (line: number) => {
     firstForeignLine ??= line;
   };
-  if (!existsSync(path)) return { ids, succeeded, results, unreadable, resultLines, firstForeignLine };
+  // Only a regular file holds earlier results: reading a pipe or a device (--out /dev/stdout, a FIFO,
+  // /dev/full) waited forever for a writer or read without end, and nothing was sent.
+  if (!existsSync(path) || !statSync(path).isFile())
+    return { ids, succeeded, results, unreadable, resultLines, firstForeignLine };
   for await (const line of readFileLines(path)) {
     // A large results file takes seconds to read: Ctrl-C ends the read (nothing is sent after it).
     if (stopped()) break;

@@ -6,6 +6,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
+import { normalizeBudgets } from '../budget/budget.js';
 import { type BudgetSpec, type GateOptions, type LimitSpec, type PriceTable, priceTable } from '../index.js';
 import { CliError } from './cli-error.js';
 import { headerNameProblem, headerValueProblem } from './header-value.js';
@@ -406,14 +407,36 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
       });
     }
   }
+  // The budgets' currency (one for all; the guard reports a bad budget itself, with its own message).
+  let currency: string | undefined;
+  if (budgets.length > 0) {
+    try {
+      currency = normalizeBudgets(budgets)[0]?.currency;
+    } catch {
+      currency = undefined;
+    }
+  }
   const priceText = values.price ?? (file.price === undefined ? undefined : file.price);
-  const priceMicros =
-    priceText === undefined
-      ? undefined
-      : parsePrice(values.price !== undefined ? '--price' : label('price'), priceText).micros;
+  let priceMicros: number | undefined;
+  if (priceText !== undefined) {
+    const priceFlag = values.price !== undefined ? '--price' : label('price');
+    const parsed = parsePrice(priceFlag, priceText);
+    // A price in another currency would be counted 1:1 against the budget (0.003usd as 0.003 EUR).
+    if (currency !== undefined && parsed.currency !== undefined && parsed.currency !== currency)
+      throw new CliError(
+        `Expected ${priceFlag} in ${currency.toUpperCase()}, the budget's currency, got \`${String(priceText)}\` (${parsed.currency.toUpperCase()})`,
+      );
+    priceMicros = parsed.micros;
+  }
   const priceHeader =
     values['price-header'] ??
     (file.priceHeader === undefined ? undefined : asStringOrNumber(label('priceHeader'), file.priceHeader));
+  if (priceHeader !== undefined && headerNameProblem(String(priceHeader).trim()) !== undefined) {
+    const flag = values['price-header'] !== undefined ? '--price-header' : label('priceHeader');
+    throw new CliError(
+      `Expected ${flag} to be a header name like x-request-cost, got \`${String(priceHeader)}\` (${headerNameProblem(String(priceHeader).trim())})`,
+    );
+  }
   let price: ReturnType<typeof priceTable> | undefined;
   if (file.priceTable !== undefined) {
     try {
@@ -575,6 +598,11 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
     values['per-host'] ?? (file.perHost === undefined ? false : asBoolean(label('perHost'), file.perHost));
   const redis =
     values.redis ?? (file.redis === undefined ? undefined : asStringOrNumber(label('redis'), file.redis));
+  // Anything else reaches ioredis as a host name (`--redis notaurl` ran on the local fallback).
+  if (redis !== undefined && !/^rediss?:\/\/[^/?#]/i.test(String(redis).trim()))
+    throw new CliError(
+      `Expected ${values.redis !== undefined ? '--redis' : label('redis')} to be a URL like redis://127.0.0.1:6379 or rediss://host:6380, got ${/^[a-z][a-z0-9+.-]*:\/\/|@/i.test(String(redis)) ? 'another value (not shown: it may hold a password)' : `\`${String(redis)}\``}`,
+    );
   const redisPrefix =
     values['redis-prefix'] ??
     (file.redisPrefix === undefined ? undefined : asStringOrNumber(label('redisPrefix'), file.redisPrefix));
@@ -598,6 +626,7 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
     retryFailed,
     timeoutMs,
     priceMicros,
+    currency,
     pricing: {
       priceHeader: priceHeader?.toLowerCase(),
       price,

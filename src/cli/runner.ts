@@ -46,6 +46,8 @@ export interface RunConfig extends GateConfig {
   readonly timeoutMs: number;
   /** Default money estimate per request (a line's `price` wins). */
   readonly priceMicros: number | undefined;
+  /** The budgets' currency (lowercase ISO 4217), when there are budgets: a line's price must be in it. */
+  readonly currency?: string | undefined;
   readonly pricing: Pricing;
   readonly baseUrl: URL | undefined;
   /** Added to every request (a line's own headers win). */
@@ -205,7 +207,7 @@ async function prepass(
       return { total: undefined, problems: [], problemCount: 0 };
     try {
       if (line.text === undefined) throw overlongLine(line);
-      const request = parseRequestLine(line.text, line.number, config.baseUrl);
+      const request = parseRequestLine(line.text, line.number, config.baseUrl, config.currency);
       const first = seen.get(request.idKey);
       if (first !== undefined) {
         throw new MalformedLineError(
@@ -487,6 +489,8 @@ export async function runBatch(
     const t0 = gate.now();
     let attempts = 0;
     let busyMs = 0;
+    // When the last attempt's headers came: what follows is the body's download, not a wait.
+    let lastEndedAt: number | undefined;
     let lastStatus: number | undefined;
     const onAttempt = (attempt: Attempt) => {
       attempts++;
@@ -497,6 +501,7 @@ export async function runBatch(
         ideal.add(request.cost, key);
       }
       busyMs += attempt.endedAt - attempt.startedAt;
+      lastEndedAt = attempt.endedAt;
       lastStatus = attempt.status;
       if (attempt.status === 429) throttled++;
       else if (attempt.status !== undefined && attempt.status >= 500) serverErrors++;
@@ -527,7 +532,7 @@ export async function runBatch(
         status: fetched.status,
         ok: success,
         attempts,
-        waitedMs: Math.max(0, Math.round(at - t0 - busyMs)),
+        waitedMs: Math.max(0, Math.round((lastEndedAt ?? at) - t0 - busyMs)),
         durationMs: Math.round(at - t0),
         headers: keptHeaders(fetched.headers, config.keepHeaders),
       };
@@ -551,14 +556,15 @@ export async function runBatch(
         return;
       }
       const at = gate.now();
-      const status = error instanceof RateLimitedError ? error.status : lastStatus;
+      // A 429 whose retry could not be scheduled in time is refused with no status of its own.
+      const status = (error instanceof RateLimitedError ? error.status : undefined) ?? lastStatus;
       result = {
         id: request.id,
         line: request.line,
         ...(status === undefined ? {} : { status }),
         ok: false,
         attempts,
-        waitedMs: Math.max(0, Math.round(at - t0 - busyMs)),
+        waitedMs: Math.max(0, Math.round((lastEndedAt ?? at) - t0 - busyMs)),
         durationMs: Math.round(at - t0),
         // Last line of defence: whatever fetch or the network quoted (a header value, a URL's
         // userinfo or query) is scrubbed before it is written.
@@ -599,7 +605,7 @@ export async function runBatch(
       let request: RequestSpec;
       try {
         if (line.text === undefined) throw overlongLine(line);
-        request = parseRequestLine(line.text, line.number, config.baseUrl);
+        request = parseRequestLine(line.text, line.number, config.baseUrl, config.currency);
         const first = seen.get(request.idKey);
         if (first !== undefined) {
           throw new MalformedLineError(
@@ -687,7 +693,8 @@ export async function runBatch(
     throttled,
     serverErrors,
     pauses,
-    pausedMs,
+    // Time paused while the run lasted: a pause announced past its end did not hold it.
+    pausedMs: Math.max(0, pausedMs - Math.max(0, pausedUntil - gate.now())),
     // A count of what was dropped would miss the lines never read after a stop.
     notSent: total === undefined ? notSent : Math.max(0, total - finished - aborted),
     aborted,

@@ -74,15 +74,15 @@ describe('--limit', () => {
     expect(() => parseLimit('5/1ms')).not.toThrow();
   });
 
-  it('counts other units', () => {
-    expect(parseLimit('90000tokens/min')).toMatchObject({
+  it('counts other units in a sliding log: one request may use up to N (a bucket capped it at N/10)', () => {
+    expect(parseLimit('90000tokens/min')).toEqual({
+      algorithm: 'sliding-log',
       unit: 'tokens',
-      limit: 81_000,
-      burst: 9_000,
+      limit: 90_000,
       intervalMs: 60_000,
     });
-    expect(parseLimit('90,000 tok/min')).toMatchObject({ unit: 'tokens', limit: 81_000 });
-    expect(parseLimit('40points/s')).toMatchObject({ unit: 'points' });
+    expect(parseLimit('90,000 tok/min')).toMatchObject({ unit: 'tokens', limit: 90_000 });
+    expect(parseLimit('40points/s')).toMatchObject({ algorithm: 'sliding-log', unit: 'points', limit: 40 });
   });
 
   it('turns 1 per window into a leaky bucket', () => {
