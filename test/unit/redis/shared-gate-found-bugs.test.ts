@@ -392,3 +392,42 @@ it('two gates on one store give back their interleaved bookings at a pause: the 
   await a.close();
   await b.close();
 });
+
+// Diagnosed by a helper (session 17): after a pause a shared gate reserved its waiting calls in one
+// batch; their answers were handled one after another, each starting its call, whose function ran
+// at once (fetch: 0.3-0.5 ms). Read after them, the clock put the later calls of the burst past
+// lateToleranceMs: from about the 20th each gave its slot back and was booked behind the calls
+// reserved ahead, and the gate used no burst after a pause (39-48 ok/s against 56 in memory).
+it('the answers of one reply are late or not by when they came in, not by the calls started before them', async () => {
+  const clock = new ManualClock(T0);
+  const memory = new MemoryStore({ clock });
+  const store = Object.create(memory) as MemoryStore;
+  // Decided when asked, answered 5 ms later, all in one reply.
+  (store as unknown as Record<string, unknown>)['reserve'] = (...args: unknown[]) => {
+    const decision = (memory.reserve as (...a: unknown[]) => unknown).apply(memory, args);
+    return new Promise((resolve) => clock.setTimeout(() => resolve(decision), 5));
+  };
+  const gate = createSharedGate({
+    store,
+    clock,
+    arrivalMarginMs: 0,
+    lateToleranceMs: 10,
+    limits: [{ algorithm: 'token-bucket', limit: 60, intervalMs: 1000, burst: 60 }],
+  });
+  const starts: number[] = [];
+  const calls = Array.from({ length: 40 }, () =>
+    gate.schedule(() => {
+      starts.push(clock.now() - T0);
+      // The function's own work before it returns its promise.
+      clock.advance(0.5);
+    }),
+  );
+  clock.advance(5);
+  await flush();
+  await Promise.all(calls);
+  // All 40 started from the one reply, 0.5 ms apart: the last 19.5 ms after its answer came in.
+  expect(starts).toHaveLength(40);
+  expect(Math.max(...starts)).toBeCloseTo(24.5, 6);
+  expect(gate.stats().lateReserves).toBe(0);
+  await gate.close();
+});
