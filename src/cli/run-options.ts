@@ -491,7 +491,10 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
   };
   const maxQueueTimeMs = durationOf('max-queue-time', 'maxQueueTime', Number.POSITIVE_INFINITY, true);
   const timeoutMs = durationOf('timeout', 'timeout', 60_000, true);
-  if (timeoutMs === 0) throw new CliError('Expected --timeout to be more than 0 (or `inf` for none)');
+  if (timeoutMs === 0)
+    throw new CliError(
+      `Expected ${values.timeout !== undefined ? '--timeout' : label('timeout')} to be more than 0 (or \`inf\` for none)`,
+    );
   // Node's timers hold a signed 32-bit ms count: a longer timeout fires after 1 ms (or throws).
   if (Number.isFinite(timeoutMs) && timeoutMs > maxTimerMs) {
     throw new CliError(

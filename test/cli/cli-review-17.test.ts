@@ -213,3 +213,15 @@ describe('flags with nonsense values', () => {
     expect(text).not.toContain('pw@');
   });
 });
+
+describe('a value from the config file', () => {
+  it('is named as the config key, not as the flag the user did not give', () => {
+    writeJsonl(input, [{ id: 1, url: `${base}/ok` }]);
+    const config = join(dir, `config-${n}.json`);
+    writeFileSync(config, JSON.stringify({ timeout: 0 }));
+    expect(cliError(['--config', config])).toBe(
+      `Expected \`timeout\` in ${config} to be more than 0 (or \`inf\` for none)`,
+    );
+    expect(cliError(['--timeout', '0'])).toBe('Expected --timeout to be more than 0 (or `inf` for none)');
+  });
+});
