@@ -118,6 +118,11 @@ const PAUSE_SLACK_MS = 5;
 // A call found late past lateToleranceMs reserves again at most this often, then starts anyway (a
 // process late on every timer must still make progress; its deadline bounds the wait).
 const MAX_LATE_RESERVES = 3;
+/**
+ * The longest the answers handled in one run share one clock reading (see `answersCameAt`): the
+ * time the calls started before them took (their functions run at once) is forgiven up to this.
+ */
+const ANSWERS_SPAN_MS = 50;
 /** At most this many window calls of one key ask the store at once (see `SharedGate.mayAsk`). */
 const MAX_TURNS = 8;
 /** A gate whose key's probe another gate holds asks for it again this often (ms). */
@@ -1016,20 +1021,22 @@ export class SharedGate {
 
   /**
    * When the answers being handled now came in: the clock at the first of them, until the
-   * microtasks queued with them have run. The answers of one reply (a batch) are handled one after
-   * another, each starting its call, whose function runs at once (fetch: 0.3-0.5 ms); read after
-   * them, the clock put a burst's later calls past lateToleranceMs, and from about the 20th each
-   * was given back and booked again behind the calls reserved ahead: a shared gate used no burst
-   * after a pause (a helper's diagnosis, session 17). A timer's due calls share one reading too.
+   * microtasks queued with them have run, for at most ANSWERS_SPAN_MS (then the clock read now
+   * starts a new span). The answers of one reply (a batch) are handled one after another, each
+   * starting its call, whose function runs at once (fetch: 0.3-0.5 ms); read after them, the clock
+   * put a burst's later calls past lateToleranceMs, and from about the 20th each was given back and
+   * booked again behind the calls reserved ahead: a shared gate used no burst after a pause (a
+   * helper's diagnosis, session 17). Bounded: functions that take long (500 ms each, a review's
+   * case) still make the calls after them late. A timer's due calls are judged the same way.
    */
   private answersCameAt(now: number): number {
     if (this.answersAt === undefined) {
-      this.answersAt = now;
       queueMicrotask(() => {
         this.answersAt = undefined;
       });
-    }
-    return this.answersAt;
+    } else if (now - this.answersAt <= ANSWERS_SPAN_MS) return this.answersAt;
+    this.answersAt = now;
+    return now;
   }
 
   private answersAt: number | undefined = undefined;
@@ -1564,7 +1571,7 @@ export class SharedGate {
         // an answer that comes after the deadline for a start within it still starts the call.)
         if (now > Math.max(head.deadline, head.at) + this.o.lateToleranceMs)
           this.refuse(head, deadlineError(head, now, false));
-        else this.startOrReserveAgain(head, head.at, now);
+        else this.startOrReserveAgain(head, head.at, now, this.answersCameAt(this.clock.now()));
       } else if (head.state === 'retrying') {
         if (now >= head.deadline && !this.mayAskAtDeadline(head, now))
           this.refuse(head, deadlineError(head, Infinity, false));

@@ -431,3 +431,33 @@ it('the answers of one reply are late or not by when they came in, not by the ca
   expect(gate.stats().lateReserves).toBe(0);
   await gate.close();
 });
+
+// Found by a review of the fix above: unbounded, the shared reading forgave any time the functions
+// took (500 ms each: the 10th call started 4.5 s after its slot, never judged late). It is shared
+// for ANSWERS_SPAN_MS (50 ms) at most.
+it('functions that take long still make the answers after them late', async () => {
+  const clock = new ManualClock(T0);
+  const memory = new MemoryStore({ clock });
+  const store = Object.create(memory) as MemoryStore;
+  (store as unknown as Record<string, unknown>)['reserve'] = (...args: unknown[]) => {
+    const decision = (memory.reserve as (...a: unknown[]) => unknown).apply(memory, args);
+    return new Promise((resolve) => clock.setTimeout(() => resolve(decision), 5));
+  };
+  const gate = createSharedGate({
+    store,
+    clock,
+    arrivalMarginMs: 0,
+    lateToleranceMs: 10,
+    limits: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 10 }],
+  });
+  const calls = Array.from({ length: 10 }, () => gate.schedule(() => void clock.advance(500)));
+  clock.advance(5);
+  for (let i = 0; i < 100 && gate.stats().lateReserves === 0; i++) await flush();
+  expect(gate.stats().lateReserves).toBeGreaterThan(0);
+  for (let i = 0; i < 200; i++) {
+    clock.advance(50);
+    await flush();
+  }
+  await Promise.all(calls);
+  await gate.close();
+});
