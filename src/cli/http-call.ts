@@ -161,6 +161,9 @@ export async function send(
 ): Promise<Sent> {
   const { pricing, now } = options;
   let actualPriceMicros: number | undefined;
+  // The last attempt's timeout, cleared once its body is read (a timer left for the whole timeout
+  // held its controller and signals: tens of thousands at a few hundred requests a second).
+  let clearTimeoutOfAttempt = () => {};
   const throttled = wrapFetch(options.gate, {
     // Each attempt: its own timeout, the "abort in flight" signal (not the queue's), and a record.
     fetch: async (input: RequestInfo | URL, init?: RequestInit) => {
@@ -174,10 +177,14 @@ export async function send(
           // (found by a review: a body trickling for 3 s came back ok with --timeout 1s, in a file
           // of two lines). The timer holds the controller until it fires; unref'd, it keeps no run alive.
           const timeout = new AbortController();
-          setTimeout(
+          const timer = setTimeout(
             () => timeout.abort(new DOMException('The operation was aborted due to timeout', 'TimeoutError')),
             options.timeoutMs,
-          ).unref();
+          );
+          timer.unref();
+          // A new attempt: the one before it is over.
+          clearTimeoutOfAttempt();
+          clearTimeoutOfAttempt = () => clearTimeout(timer);
           signals.push(timeout.signal);
         }
         // `send` passes the URL (never a Request) and an init holding every header.
@@ -229,8 +236,14 @@ export async function send(
   // What fetch would refuse (a header value, a method) is refused here, before the gate: a call
   // that fails inside the gate is charged its estimate, as one that may have reached the provider.
   new Request(request.url, { method: request.method, headers });
-  const response = await throttled(request.url, init);
-  const bytes = new Uint8Array(await response.arrayBuffer());
+  let bytes: Uint8Array;
+  let response: Response;
+  try {
+    response = await throttled(request.url, init);
+    bytes = new Uint8Array(await response.arrayBuffer());
+  } finally {
+    clearTimeoutOfAttempt();
+  }
   let parsed: { value: unknown } | undefined;
   const fetched: Fetched = {
     status: response.status,

@@ -431,10 +431,12 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
   const priceHeader =
     values['price-header'] ??
     (file.priceHeader === undefined ? undefined : asStringOrNumber(label('priceHeader'), file.priceHeader));
-  if (priceHeader !== undefined && headerNameProblem(String(priceHeader).trim()) !== undefined) {
+  const priceHeaderProblem =
+    priceHeader === undefined ? undefined : headerNameProblem(String(priceHeader).trim());
+  if (priceHeaderProblem !== undefined) {
     const flag = values['price-header'] !== undefined ? '--price-header' : label('priceHeader');
     throw new CliError(
-      `Expected ${flag} to be a header name like x-request-cost, got \`${String(priceHeader)}\` (${headerNameProblem(String(priceHeader).trim())})`,
+      `Expected ${flag} to be a header name like x-request-cost, got \`${String(priceHeader)}\` (${priceHeaderProblem})`,
     );
   }
   let price: ReturnType<typeof priceTable> | undefined;
@@ -601,10 +603,11 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
     values['per-host'] ?? (file.perHost === undefined ? false : asBoolean(label('perHost'), file.perHost));
   const redis =
     values.redis ?? (file.redis === undefined ? undefined : asStringOrNumber(label('redis'), file.redis));
-  // Anything else reaches ioredis as a host name (`--redis notaurl` ran on the local fallback).
-  if (redis !== undefined && !/^rediss?:\/\/[^/?#]/i.test(String(redis).trim()))
+  // Anything else reaches ioredis as a host name (`--redis notaurl` ran on the local fallback); a
+  // path is a Unix socket.
+  if (redis !== undefined && !/^(rediss?:\/\/[^/?#]|\/)/i.test(String(redis).trim()))
     throw new CliError(
-      `Expected ${values.redis !== undefined ? '--redis' : label('redis')} to be a URL like redis://127.0.0.1:6379 or rediss://host:6380, got ${/^[a-z][a-z0-9+.-]*:\/\/|@/i.test(String(redis)) ? 'another value (not shown: it may hold a password)' : `\`${String(redis)}\``}`,
+      `Expected ${values.redis !== undefined ? '--redis' : label('redis')} to be a URL like redis://127.0.0.1:6379 or rediss://host:6380 (or a socket path), got ${/^[a-z][a-z0-9+.-]*:\/\/|@/i.test(String(redis)) ? 'another value (not shown: it may hold a password)' : `\`${String(redis)}\``}`,
     );
   const redisPrefix =
     values['redis-prefix'] ??

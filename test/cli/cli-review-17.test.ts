@@ -152,6 +152,36 @@ describe('--timeout and the response body', () => {
   });
 });
 
+describe('the timeout timers', () => {
+  it('are cleared once each body is read, not left for the whole timeout', async () => {
+    // Timers of the timeout's length (61 s: nothing else uses it) not cleared by the end of the run.
+    const pending = new Set<unknown>();
+    const { setTimeout: realSet, clearTimeout: realClear } = globalThis;
+    globalThis.setTimeout = ((fn: () => void, ms?: number) => {
+      const timer = realSet(fn, ms);
+      if (ms === 61_000) pending.add(timer);
+      return timer;
+    }) as typeof setTimeout;
+    globalThis.clearTimeout = ((timer: Parameters<typeof clearTimeout>[0]) => {
+      pending.delete(timer);
+      realClear(timer);
+    }) as typeof clearTimeout;
+    try {
+      writeJsonl(
+        input,
+        Array.from({ length: 20 }, (_, i) => ({ id: i, url: `${base}/ok` })),
+      );
+      const report = await run(['--timeout', '61s']);
+      expect(report.ok).toBe(20);
+    } finally {
+      globalThis.setTimeout = realSet;
+      globalThis.clearTimeout = realClear;
+    }
+    // All 20 stayed, each for 61 s, on the old code.
+    expect(pending.size).toBe(0);
+  });
+});
+
 describe('--limit in tokens', () => {
   it('admits one request of up to N tokens (half the window here)', async () => {
     writeJsonl(input, [{ id: 'big', url: `${base}/ok`, cost: { tokens: 500 } }]);
@@ -199,7 +229,7 @@ describe('flags with nonsense values', () => {
   it.each([
     [
       ['--redis', 'notaurl'],
-      'Expected --redis to be a URL like redis://127.0.0.1:6379 or rediss://host:6380, got `notaurl`',
+      'Expected --redis to be a URL like redis://127.0.0.1:6379 or rediss://host:6380 (or a socket path), got `notaurl`',
     ],
     [['--redis', 'http://:pw@127.0.0.1:6379'], /--redis .*another value \(not shown/],
     [['--redis', ':pw@127.0.0.1:6379'], /--redis .*another value \(not shown/],
@@ -211,6 +241,15 @@ describe('flags with nonsense values', () => {
     if (typeof message === 'string') expect(text).toBe(message);
     else expect(text).toMatch(message);
     expect(text).not.toContain('pw@');
+  });
+});
+
+describe('--redis as a socket path', () => {
+  it('is taken (ioredis connects to a Unix socket)', () => {
+    writeJsonl(input, [{ id: 1, url: `${base}/ok` }]);
+    expect(parseRunOptions([input, '--out', out, '--redis', '/tmp/redis.sock']).config.redis).toBe(
+      '/tmp/redis.sock',
+    );
   });
 });
 
