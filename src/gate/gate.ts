@@ -2101,8 +2101,12 @@ export class Gate {
             : resetAt,
         limit: capped ? undefined : policy!.limit,
         spanMs,
-        // spread: ms per unit so what is left lasts until the (real) reset, or the capped one.
-        spacingMs: adapt.pacing === 'spread' && left > 0 ? heldMs / left : 0,
+        // spread: ms per unit so what is left lasts until the reset; no call held longer than the
+        // cap (a far reset spread 10 units over 8000 h: one every 48 minutes).
+        spacingMs:
+          adapt.pacing === 'spread' && left > 0
+            ? Math.min(policy!.resetMs! / left, adapt.maxRetryAfterMs)
+            : 0,
         spread: adapt.pacing === 'spread',
         nextAt: previous?.nextAt ?? now,
         seq: call.seq,
