@@ -481,7 +481,8 @@ export class MemoryStore implements Store {
    * (the TAT above the mark) waits in `waiting` until the takes above it are given back, then goes
    * too: processes giving back interleaved takes (at a pause) may do so in any order. Marks match
    * within `near` (a TAT given back is (x + c·T) - c·T, which may miss x by a few ulps). The twin of
-   * the Lua `refund` (redis-scripts.ts), operation for operation.
+   * the Lua `refund` (redis-scripts.ts), operation for operation (the Lua one also drops entries
+   * it cannot read, which only another writer of its keys could leave).
    */
   private giveBackTake(
     p: PartitionState,
@@ -500,8 +501,9 @@ export class MemoryStore implements Store {
     let tat = state as number;
     const taken = Number(mark);
     if (Number.isNaN(tat) || Number.isNaN(taken)) return;
-    // near (ms): 1e-13 of the TAT (hundreds of ulps), under a 16th of T (neighbouring marks are at
-    // least half a T apart).
+    // near (ms): 1e-13 of the TAT (hundreds of ulps), at most a 16th of T. Marks of costs below 1/8
+    // may lie that close: a take may then match as the latest one take early, which leaves the TAT
+    // low by at most near (under 1/16 unit) until the take above it goes; never more in all.
     const emissionMs = emissionIntervalMs(core.spec.limit, core.spec.intervalMs);
     const near = Math.min(Math.abs(tat) * 1e-13, emissionMs / 16);
     // Above the TAT: given back already (or its state was dropped).

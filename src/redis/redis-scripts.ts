@@ -484,8 +484,9 @@ local function refund(L, cost, at, mark, id, now)
   if algo == 'tb' or algo == 'lb' then
     local tat, taken = tonumber(redis.call('GET', L.key) or ''), tonumber(mark)
     if tat == nil or taken == nil then return end
-    -- near (ms): 1e-13 of the TAT (hundreds of ulps), under a 16th of T (neighbouring marks are
-    -- at least half a T apart).
+    -- near (ms): 1e-13 of the TAT (hundreds of ulps), at most a 16th of T. Marks of costs below
+    -- 1/8 may lie that close: a take may then match as the latest one take early, which leaves the
+    -- TAT low by at most near (under 1/16 unit) until the take above it goes; never more in all.
     local near = math.abs(tat) * 1e-13
     if near > L.T / 16 then near = L.T / 16 end
     -- Above the TAT: given back already (or its state was dropped).

@@ -198,10 +198,11 @@ export interface Store {
    * its response, as `recount` does), a window level is taken where a recount puts the call:
    * `min(now, startAt + max(recountMarginMs, intervalMs / 10))`, and a reservation not recounted yet
    * is recounted first. Less is given back only where that is exact: a bucket as a refund gives
-   * back (the latest take, or an older one once the takes above it are given back), a window or log without `recountMarginMs` (with it, the
-   * estimate was moved and stays counted: never under-counted). A unit that is missing, negative or
-   * not finite changes nothing, and concurrency is untouched. Once per reservation; nothing once its
-   * timed levels were refunded. Optional: with a store that has none, the estimate stays counted.
+   * back (the latest take, or an older one once the takes above it are given back), a window or
+   * log without `recountMarginMs` (with it, the estimate was moved and stays counted: never
+   * under-counted). A unit that is missing, negative or not finite changes nothing, and
+   * concurrency is untouched. Once per reservation; nothing once its timed levels were refunded.
+   * Optional: with a store that has none, the estimate stays counted.
    */
   adjust?(
     reservation: StoreReservation,
