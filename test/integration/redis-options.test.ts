@@ -65,19 +65,23 @@ describe('createSharedGate options', () => {
     rejectsOption(() => createSharedGate(options as never), option);
   });
 
-  it('refuses a Redis URL that cannot be parsed with a typed error that does not show its password', () => {
-    const url = 'redis://:S3CRETPASS@127.0.0.1:notaport';
-    for (const make of [
+  /** The error each Redis entry point (shared gate, store, ledger) throws at construction for `url`. */
+  const errorsFor = (url: string): unknown[] =>
+    [
       () => createSharedGate({ redis: url }),
       () => new RedisStore({ redis: url }),
       () => new RedisLedger({ redis: url }),
-    ]) {
-      let error: unknown;
+    ].map((make) => {
       try {
         make();
       } catch (e) {
-        error = e;
+        return e;
       }
+      return undefined;
+    });
+
+  it('refuses a Redis URL that cannot be parsed with a typed error that does not show its password', () => {
+    for (const error of errorsFor('redis://:S3CRETPASS@127.0.0.1:notaport')) {
       expect(error).toBeInstanceOf(InvalidOptionError);
       expect((error as InvalidOptionError).option).toBe('redis');
       expect(inspect(error, { depth: 10, showHidden: true })).not.toContain('S3CRETPASS');
@@ -92,17 +96,7 @@ describe('createSharedGate options', () => {
       'https://127.0.0.1:6379/S3CRETPASS',
       'valkey://127.0.0.1:6379',
     ]) {
-      for (const make of [
-        () => createSharedGate({ redis: url }),
-        () => new RedisStore({ redis: url }),
-        () => new RedisLedger({ redis: url }),
-      ]) {
-        let error: unknown;
-        try {
-          make();
-        } catch (e) {
-          error = e;
-        }
+      for (const error of errorsFor(url)) {
         expect(error).toBeInstanceOf(InvalidOptionError);
         expect((error as InvalidOptionError).option).toBe('redis');
         expect((error as Error).message).toMatch(/redis:\/\/ or rediss:\/\//);

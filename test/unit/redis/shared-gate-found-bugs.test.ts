@@ -21,6 +21,26 @@ async function steps(clock: ManualClock, ms: number): Promise<void> {
   }
 }
 
+/**
+ * A memory store whose reservations are decided when asked and answered `ms` later (a round trip,
+ * a stalled event loop), and a shared gate on it with the given bucket and lateToleranceMs 10.
+ */
+function gateAnsweredLater(clock: ManualClock, ms: number, limit: number) {
+  const memory = new MemoryStore({ clock });
+  const store = Object.create(memory) as MemoryStore;
+  (store as unknown as Record<string, unknown>)['reserve'] = (...args: unknown[]) => {
+    const decision = (memory.reserve as (...a: unknown[]) => unknown).apply(memory, args);
+    return new Promise((resolve) => clock.setTimeout(() => resolve(decision), ms));
+  };
+  return createSharedGate({
+    store,
+    clock,
+    arrivalMarginMs: 0,
+    lateToleranceMs: 10,
+    limits: [{ algorithm: 'token-bucket', limit, intervalMs: 1000, burst: limit }],
+  });
+}
+
 it('a call refused while its turn passes, and aborted by the call its turn starts, settles once and close() resolves', async () => {
   const clock = new ManualClock(T0);
   const gate = createSharedGate({
@@ -400,20 +420,8 @@ it('two gates on one store give back their interleaved bookings at a pause: the 
 // reserved ahead, and the gate used no burst after a pause (39-48 ok/s against 56 in memory).
 it('the answers of one reply are late or not by when they came in, not by the calls started before them', async () => {
   const clock = new ManualClock(T0);
-  const memory = new MemoryStore({ clock });
-  const store = Object.create(memory) as MemoryStore;
   // Decided when asked, answered 5 ms later, all in one reply.
-  (store as unknown as Record<string, unknown>)['reserve'] = (...args: unknown[]) => {
-    const decision = (memory.reserve as (...a: unknown[]) => unknown).apply(memory, args);
-    return new Promise((resolve) => clock.setTimeout(() => resolve(decision), 5));
-  };
-  const gate = createSharedGate({
-    store,
-    clock,
-    arrivalMarginMs: 0,
-    lateToleranceMs: 10,
-    limits: [{ algorithm: 'token-bucket', limit: 60, intervalMs: 1000, burst: 60 }],
-  });
+  const gate = gateAnsweredLater(clock, 5, 60);
   const starts: number[] = [];
   const calls = Array.from({ length: 40 }, () =>
     gate.schedule(() => {
@@ -437,19 +445,7 @@ it('the answers of one reply are late or not by when they came in, not by the ca
 // for ANSWERS_SPAN_MS (50 ms) at most.
 it('functions that take long still make the answers after them late', async () => {
   const clock = new ManualClock(T0);
-  const memory = new MemoryStore({ clock });
-  const store = Object.create(memory) as MemoryStore;
-  (store as unknown as Record<string, unknown>)['reserve'] = (...args: unknown[]) => {
-    const decision = (memory.reserve as (...a: unknown[]) => unknown).apply(memory, args);
-    return new Promise((resolve) => clock.setTimeout(() => resolve(decision), 5));
-  };
-  const gate = createSharedGate({
-    store,
-    clock,
-    arrivalMarginMs: 0,
-    lateToleranceMs: 10,
-    limits: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 10 }],
-  });
+  const gate = gateAnsweredLater(clock, 5, 10);
   const calls = Array.from({ length: 10 }, () => gate.schedule(() => void clock.advance(500)));
   clock.advance(5);
   for (let i = 0; i < 100 && gate.stats().lateReserves === 0; i++) await flush();
