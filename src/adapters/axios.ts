@@ -409,7 +409,9 @@ function notingFetch(base: typeof fetch | undefined): typeof fetch {
 function seeRedirectsOfFetch(config: InternalAxiosRequestConfig): void {
   if (typeof globalThis.fetch !== 'function') return;
   const env = (config as { env?: { fetch?: unknown } }).env;
-  const own = typeof env?.fetch === 'function' ? (env.fetch as typeof fetch) : undefined;
+  // Not a function: axios says what it makes of it, as without tollgate.
+  if (env?.fetch !== undefined && typeof env.fetch !== 'function') return;
+  const own = env?.fetch as typeof fetch | undefined;
   if (own !== undefined && noting.has(own)) return;
   (config as { env?: object }).env = { ...env, fetch: notingFetch(own) };
 }

@@ -226,3 +226,19 @@ describe('axios fetch adapter: a fetch of its own (config.env.fetch)', () => {
     await gate.close();
   });
 });
+
+describe('axios fetch adapter: config.env.fetch that is not a function', () => {
+  it('is left to axios, which refuses the request as without tollgate (nothing sent)', async () => {
+    const server = await ordersServer(0);
+    const gate = createGate({ clock: new ManualClock(T0) });
+    const plain = axios.create({ adapter: 'fetch', env: { fetch: 42 as never } });
+    const throttled = axios.create({ adapter: 'fetch', env: { fetch: 42 as never } });
+    disposers.push(throttleAxios(throttled, gate, { axios }));
+    const without = await plain.get(`${server.url}/orders/1`).catch((e: unknown) => e);
+    const withGate = await throttled.get(`${server.url}/orders/1`).catch((e: unknown) => e);
+    expect(without).toBeInstanceOf(Error);
+    expect((withGate as Error).message).toBe((without as Error).message);
+    expect(server.requests).toHaveLength(0);
+    await gate.close();
+  });
+});
