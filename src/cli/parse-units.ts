@@ -324,6 +324,19 @@ export function parsePrice(flag: string, value: unknown): { micros: number; curr
 }
 
 /**
+ * Why a price (from `parsePrice`) cannot be reserved against budgets in `currency`, as the start of
+ * an "Expected ..." message, or undefined. The ledger counts micro-units without a currency: a
+ * price in another one would be counted 1:1 (0.003 USD as 0.003 EUR). No currency named is the budget's.
+ */
+export function priceCurrencyProblem(
+  price: { readonly currency: string | undefined },
+  currency: string | undefined,
+): string | undefined {
+  if (currency === undefined || price.currency === undefined || price.currency === currency) return undefined;
+  return `in ${currency.toUpperCase()}, the budget's currency`;
+}
+
+/**
  * `Name: value` (a header to add to every request). The value is usually a secret: messages name
  * the header, never show the value.
  */

@@ -19,7 +19,7 @@
  */
 import { headerNameProblem, headerValueProblem } from './header-value.js';
 import { jsonErrorPosition } from './json-error-position.js';
-import { parsePrice } from './parse-units.js';
+import { parsePrice, priceCurrencyProblem } from './parse-units.js';
 import { safeUrlText } from './redact.js';
 
 export interface RequestSpec {
@@ -189,11 +189,8 @@ export function parseRequestLine(
     } catch {
       throw bad(`expected \`price\` to be an amount like 0.002 or "$0.002", got ${show(o['price'])}`);
     }
-    // In another currency it would be counted 1:1 against the budget.
-    if (currency !== undefined && price.currency !== undefined && price.currency !== currency)
-      throw bad(
-        `expected \`price\` in ${currency.toUpperCase()}, the budget's currency, got ${show(o['price'])}`,
-      );
+    const problem = priceCurrencyProblem(price, currency);
+    if (problem !== undefined) throw bad(`expected \`price\` ${problem}, got ${show(o['price'])}`);
     priceMicros = price.micros;
   }
 

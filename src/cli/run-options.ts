@@ -23,6 +23,7 @@ import {
   parseOnOff,
   parsePrice,
   parseRate,
+  priceCurrencyProblem,
   rateExamples,
 } from './parse-units.js';
 import type { ProgressMode } from './progress.js';
@@ -348,12 +349,15 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
     fileName = values.config;
   }
   const label = (key: string) => `\`${key}\` in ${fileName}`;
+  /** How a value is named in messages: the flag when given, else its key in the config file. */
+  const named = (flag: keyof typeof values, key: string) =>
+    values[flag] !== undefined ? `--${flag}` : label(key);
 
   // Limits: --rate/--burst, --limit, --concurrency; each flag replaces its config key.
   const limits: LimitSpec[] = [];
   const burstText =
     values.burst ?? (file.burst === undefined ? undefined : asStringOrNumber(label('burst'), file.burst));
-  const burstLabel = values.burst !== undefined ? '--burst' : label('burst');
+  const burstLabel = named('burst', 'burst');
   const burst = burstText === undefined ? undefined : parseInteger(burstLabel, burstText, 1);
   if (values.rate !== undefined) limits.push(parseRate(values.rate, burst));
   else if (file.rate !== undefined)
@@ -381,11 +385,7 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
     values.concurrency ??
     (file.concurrency === undefined ? undefined : asStringOrNumber(label('concurrency'), file.concurrency));
   if (concurrencyText !== undefined) {
-    const n = parseInteger(
-      values.concurrency !== undefined ? '--concurrency' : label('concurrency'),
-      concurrencyText,
-      1,
-    );
+    const n = parseInteger(named('concurrency', 'concurrency'), concurrencyText, 1);
     limits.push({ algorithm: 'concurrency', limit: n });
   }
 
@@ -419,12 +419,12 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
   const priceText = values.price ?? (file.price === undefined ? undefined : file.price);
   let priceMicros: number | undefined;
   if (priceText !== undefined) {
-    const priceFlag = values.price !== undefined ? '--price' : label('price');
+    const priceFlag = named('price', 'price');
     const parsed = parsePrice(priceFlag, priceText);
-    // A price in another currency would be counted 1:1 against the budget (0.003usd as 0.003 EUR).
-    if (currency !== undefined && parsed.currency !== undefined && parsed.currency !== currency)
+    const problem = priceCurrencyProblem(parsed, currency);
+    if (problem !== undefined)
       throw new CliError(
-        `Expected ${priceFlag} in ${currency.toUpperCase()}, the budget's currency, got \`${String(priceText)}\` (${parsed.currency.toUpperCase()})`,
+        `Expected ${priceFlag} ${problem}, got \`${String(priceText)}\` (${parsed.currency!.toUpperCase()})`,
       );
     priceMicros = parsed.micros;
   }
@@ -434,7 +434,7 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
   const priceHeaderProblem =
     priceHeader === undefined ? undefined : headerNameProblem(String(priceHeader).trim());
   if (priceHeaderProblem !== undefined) {
-    const flag = values['price-header'] !== undefined ? '--price-header' : label('priceHeader');
+    const flag = named('price-header', 'priceHeader');
     throw new CliError(
       `Expected ${flag} to be a header name like x-request-cost, got \`${String(priceHeader)}\` (${priceHeaderProblem})`,
     );
@@ -469,10 +469,7 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
       ? true
       : typeof adaptText === 'boolean'
         ? adaptText
-        : parseOnOff(
-            values['header-adapt'] !== undefined ? '--header-adapt' : label('headerAdapt'),
-            String(adaptText),
-          );
+        : parseOnOff(named('header-adapt', 'headerAdapt'), String(adaptText));
   if (file.adapt !== undefined && !isRecord(file.adapt)) {
     throw new CliError(
       `Expected ${label('adapt')} to be an object of adapt options (e.g. {"pacing": "spread"})`,
@@ -494,13 +491,11 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
   const maxQueueTimeMs = durationOf('max-queue-time', 'maxQueueTime', Number.POSITIVE_INFINITY, true);
   const timeoutMs = durationOf('timeout', 'timeout', 60_000, true);
   if (timeoutMs === 0)
-    throw new CliError(
-      `Expected ${values.timeout !== undefined ? '--timeout' : label('timeout')} to be more than 0 (or \`inf\` for none)`,
-    );
+    throw new CliError(`Expected ${named('timeout', 'timeout')} to be more than 0 (or \`inf\` for none)`);
   // Node's timers hold a signed 32-bit ms count: a longer timeout fires after 1 ms (or throws).
   if (Number.isFinite(timeoutMs) && timeoutMs > maxTimerMs) {
     throw new CliError(
-      `Expected ${values.timeout !== undefined ? '--timeout' : label('timeout')} to be at most 24d (${maxTimerMs} ms), or \`inf\` for none`,
+      `Expected ${named('timeout', 'timeout')} to be at most 24d (${maxTimerMs} ms), or \`inf\` for none`,
     );
   }
 
@@ -525,7 +520,7 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
   checkPath('--bodies-dir', bodiesDir, 'directory');
   const inlineText =
     values['max-inline-body'] ?? (file.maxInlineBody === undefined ? undefined : String(file.maxInlineBody));
-  const inlineLabel = values['max-inline-body'] !== undefined ? '--max-inline-body' : label('maxInlineBody');
+  const inlineLabel = named('max-inline-body', 'maxInlineBody');
   const maxInlineBodyBytes = inlineText === undefined ? 64 * 1024 : parseBytes(inlineLabel, inlineText);
   if (maxInlineBodyBytes > maxInlineBodyLimit) {
     throw new CliError(
@@ -585,10 +580,7 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
 
   const windowText =
     values.window ?? (file.window === undefined ? undefined : asStringOrNumber(label('window'), file.window));
-  const window =
-    windowText === undefined
-      ? 256
-      : parseInteger(values.window !== undefined ? '--window' : label('window'), windowText, 1);
+  const window = windowText === undefined ? 256 : parseInteger(named('window', 'window'), windowText, 1);
 
   const progressText = values.progress ?? (file.progress === undefined ? 'auto' : String(file.progress));
   if (!['auto', 'bar', 'plain', 'none'].includes(progressText)) {
@@ -607,7 +599,7 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
   // path is a Unix socket.
   if (redis !== undefined && !/^(rediss?:\/\/[^/?#]|\/)/i.test(String(redis).trim()))
     throw new CliError(
-      `Expected ${values.redis !== undefined ? '--redis' : label('redis')} to be a URL like redis://127.0.0.1:6379 or rediss://host:6380 (or a socket path), got ${/^[a-z][a-z0-9+.-]*:\/\/|@/i.test(String(redis)) ? 'another value (not shown: it may hold a password)' : `\`${String(redis)}\``}`,
+      `Expected ${named('redis', 'redis')} to be a URL like redis://127.0.0.1:6379 or rediss://host:6380 (or a socket path), got ${/^[a-z][a-z0-9+.-]*:\/\/|@/i.test(String(redis)) ? 'another value (not shown: it may hold a password)' : `\`${String(redis)}\``}`,
     );
   const redisPrefix =
     values['redis-prefix'] ??

@@ -2043,8 +2043,7 @@ export class Gate {
       // its answer (a 429 past the cap refuses it with RateLimitedError) decides. Such a quota is
       // not renewed at its capped reset: that would send a whole window at once.
       const capped = policy!.resetMs! > adapt.maxRetryAfterMs;
-      const heldMs = Math.min(policy!.resetMs!, adapt.maxRetryAfterMs);
-      const resetAt = now + heldMs;
+      const resetAt = now + Math.min(policy!.resetMs!, adapt.maxRetryAfterMs);
       // The window to renew with: stated, else the longest reset span seen (a response early in a
       // window shows nearly all of it).
       const spanMs = capped ? 0 : (policy!.windowMs ?? Math.max(previous?.spanMs ?? 0, policy!.resetMs!));

@@ -33,13 +33,13 @@ function loadIoredis(): RedisConstructor {
  * connection, and quick reconnects (50 ms, growing to 1 s) so an outage ends as soon as Redis
  * answers again.
  */
-export function connectRedis(url: string, option = 'redis'): Redis {
+export function connectRedis(url: string): Redis {
   // ioredis reads any scheme as redis:// (http://host:6379 connected); only its own are meant.
   const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(url.trim())?.[1]?.toLowerCase();
   if (scheme !== undefined && scheme !== 'redis' && scheme !== 'rediss')
     throw new InvalidOptionError(
-      option,
-      `Expected \`${option}\` to be a redis:// or rediss:// URL, got a ${scheme}:// URL (not shown: it may hold a password).`,
+      'redis',
+      `Expected \`redis\` to be a redis:// or rediss:// URL, got a ${scheme}:// URL (not shown: it may hold a password).`,
     );
   const Ctor = loadIoredis();
   try {

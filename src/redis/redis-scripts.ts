@@ -500,6 +500,7 @@ local function refund(L, cost, at, mark, id, now)
     end
     tat = tat - cost * L.T
     local flat = redis.call('HGETALL', waiting)
+    local kept = 0
     if #flat > 0 then
       local marks = {}
       for f = 1, #flat, 2 do
@@ -512,20 +513,25 @@ local function refund(L, cost, at, mark, id, now)
         end
       end
       table.sort(marks, function(x, y) return x[1] > y[1] end)
+      kept = #marks
       for e = 1, #marks do
         local m = marks[e]
         if m[1] < tat - near then break end
         redis.call('HDEL', waiting, m[3])
+        kept = kept - 1
         -- Above the TAT: its chain is gone (a state dropped); at it: now the latest, it goes too.
         if m[1] <= tat + near then tat = tat - m[2] * L.T end
       end
     end
+    -- The waiting hash, while it holds entries, lives as long as the state.
     if tat > now - L.full then
       local ttl = ttlUntil(tat + L.full, now)
       redis.call('SET', L.key, fmt(tat), 'PX', ttl)
-      redis.call('PEXPIRE', waiting, ttl)
-    else
+      if kept > 0 then redis.call('PEXPIRE', waiting, ttl) end
+    elseif kept > 0 then
       redis.call('DEL', L.key, waiting)
+    else
+      redis.call('DEL', L.key)
     end
     return
   end
