@@ -1250,10 +1250,22 @@ export class Gate {
     kcosts: readonly number[],
     startedAt: number,
   ): void {
-    this.inFlight--;
-    p.running--;
     const now = this.clock.now();
     if (this.recounts) this.recount(p, gcores, gcosts, kcores, kcosts, startedAt, now);
+    this.returnPermits(p, gcores, gcosts, kcores, kcosts, now);
+  }
+
+  /** The permit half of `release`: the call no longer counts in flight, and the calls its permits held may start. */
+  private returnPermits(
+    p: Partition,
+    gcores: readonly LimitCore[],
+    gcosts: readonly number[],
+    kcores: readonly LimitCore[],
+    kcosts: readonly number[],
+    now: number,
+  ): void {
+    this.inFlight--;
+    p.running--;
     const global = this.refundPermits(gcores, gcosts, this.globalCores, this.globalStates, now);
     const keyed = this.refundPermits(kcores, kcosts, this.keyCores, p.keyStates, now);
     if (keyed && p.waitingKey) {
@@ -1837,19 +1849,33 @@ export class Gate {
 
   private completed(call: Call, value: unknown): void {
     this.answered(call);
+    const p = call.partition;
     // The learned window limits it was charged on count it from now (see `reconcile`).
-    call.releasedAt = this.clock.now();
-    this.recountLearned(call.partition, call.cost, call.extraCount, call.startedAt, call.releasedAt);
-    if (call.observed) {
-      this.release(call.partition, call.gcores!, call.gcosts, call.kcores!, call.kcosts, call.startedAt);
-      // The window limits of these that were in force then have recounted it (see `reconcile`).
-      call.releasedG = this.globalCores;
-      call.releasedK = this.keyCores;
-    } else {
+    const now = this.clock.now();
+    call.releasedAt = now;
+    this.recountLearned(p, call.cost, call.extraCount, call.startedAt, now);
+    if (!call.observed) {
       call.releasedG = undefined;
       call.releasedK = undefined;
+      inspectOutcome(call.inspect, value, (inspection) => this.afterInspection(call, value, inspection));
+      return;
     }
-    inspectOutcome(call.inspect, value, (inspection) => this.afterInspection(call, value, inspection));
+    // The terms it started on (a retry started from the inspection overwrites the call's).
+    const { gcores, gcosts, kcores, kcosts } = call;
+    if (this.recounts) this.recount(p, gcores!, gcosts, kcores!, kcosts, call.startedAt, now);
+    // The window limits of these that were in force then have recounted it (see `reconcile`).
+    call.releasedG = this.globalCores;
+    call.releasedK = this.keyCores;
+    // Its permits go back once its response has been read: a 429 pauses the partition (and the
+    // call goes back to the head) before a call waiting for the permit may start, or that call
+    // went out into the pause and overtook the retry.
+    inspectOutcome(call.inspect, value, (inspection) => {
+      try {
+        this.afterInspection(call, value, inspection);
+      } finally {
+        this.returnPermits(p, gcores!, gcosts, kcores!, kcosts, this.clock.now());
+      }
+    });
   }
 
   private afterInspection(call: Call, value: unknown, inspection: Inspection | undefined): void {

@@ -90,6 +90,39 @@ describe('gate adaptation: 429 and Retry-After', () => {
     expect(gate.stats('z').partition.pausedUntil).toBe(T0 + 3000);
   });
 
+  for (const [level, name] of [
+    ['perKey', 'per-key'],
+    ['limits', 'gate-wide'],
+  ] as const) {
+    it(`a 429 under a ${name} concurrency limit holds the call waiting for its permit until the pause ends, behind the retry`, async () => {
+      const clock = new ManualClock(T0);
+      const gate = createGate({ clock, [level]: [{ algorithm: 'concurrency', limit: 1 }] });
+      const api = provider(clock, (n) =>
+        n === 0 ? { status: 429, headers: { 'retry-after': '2' } } : { status: 200, headers: {} },
+      );
+      // Labelled 'a' and 'b' in `sent`; both go to the partition 'api'.
+      const first = api.call('a');
+      const second = api.call('b');
+      const a = gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
+      const b = gate.schedule(second.fn, { key: 'api', inspect: second.inspect });
+      await flush();
+      // The permit the 429 gave back did not send the waiting call into the server's pause.
+      expect(api.sent.map((s) => s.key)).toEqual(['a']);
+      clock.advance(2000);
+      await flush();
+      expect((await a).status).toBe(200);
+      expect((await b).status).toBe(200);
+      // The retried call went first, then the one that waited for its permit.
+      expect(api.sent.map((s) => [s.key, s.at - T0])).toEqual([
+        ['a', 0],
+        ['a', 2000],
+        ['b', 2000],
+      ]);
+      expect(gate.stats().inFlight).toBe(0);
+      await gate.close();
+    });
+  }
+
   it('refuses at once a queued call whose deadline the pause makes unreachable', async () => {
     const clock = new ManualClock(T0);
     const gate = createGate({ clock });
