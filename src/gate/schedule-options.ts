@@ -41,8 +41,21 @@ export function checkMaxQueueTimeMs(maxQueueTimeMs: unknown): number {
   return maxQueueTimeMs;
 }
 
+/**
+ * An AbortSignal, or anything shaped like one (another realm's, a polyfill's): the gate listens to
+ * it while the call is queued, so it must take listeners. An object with only `aborted` was let
+ * into the queue, whose listener then threw: the call rejected with a TypeError but stayed queued,
+ * holding every call behind it and `close()` forever.
+ */
 export function checkSignal(signal: unknown): AbortSignal | undefined {
-  if (signal !== undefined && (typeof signal !== 'object' || signal === null || !('aborted' in signal))) {
+  if (
+    signal !== undefined &&
+    (typeof signal !== 'object' ||
+      signal === null ||
+      !('aborted' in signal) ||
+      typeof (signal as AbortSignal).addEventListener !== 'function' ||
+      typeof (signal as AbortSignal).removeEventListener !== 'function')
+  ) {
     throw invalid('signal', 'an AbortSignal', signal);
   }
   return signal as AbortSignal | undefined;

@@ -409,6 +409,22 @@ describe('gate: bad input', () => {
     expect(called).toBe(false);
   });
 
+  it('a signal that takes no listeners is refused at once and leaves the queue and close() working', async () => {
+    const clock = new ManualClock(0);
+    const gate = createGate({ clock, limits: [{ algorithm: 'token-bucket', limit: 1, intervalMs: 1000 }] });
+    const started: string[] = [];
+    await gate.schedule(() => started.push('first'));
+    // The limit is spent: this call would have to wait in the queue, listening to its signal.
+    const odd = gate.schedule(() => started.push('odd'), { signal: { aborted: false } as never });
+    await expect(odd).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'signal' });
+    expect(gate.stats().queued).toBe(0);
+    const next = gate.schedule(() => started.push('next'));
+    clock.advance(1000);
+    await next;
+    expect(started).toEqual(['first', 'next']);
+    await gate.close();
+  });
+
   it('a throwing fn rejects its own call only', async () => {
     const gate = createGate({ clock: new ManualClock(0) });
     await expect(
