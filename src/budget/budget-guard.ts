@@ -327,7 +327,8 @@ export class BudgetGuard {
   private readonly clock: Pick<Clock, 'now'>;
   private readonly listeners = new Set<(event: ThresholdEvent) => void>();
   private readonly windows: BudgetWindows;
-  private readonly fired = new Map<string, FiredState>();
+  // Per budget id: the current window's state and the previous one's (newest first).
+  private readonly fired = new Map<string, FiredState[]>();
 
   constructor(options: BudgetGuardOptions) {
     const o: { [K in keyof BudgetGuardOptions]?: unknown } & Record<string, unknown> = plainObject(
@@ -431,7 +432,9 @@ export class BudgetGuard {
     checkMicros(actualMicros, 'actualMicros');
     const result = this.ledger.settle(reservationIdOf(reservation), actualMicros, now);
     const extra = actualMicros - reservation.estimateMicros;
-    if (result.found && extra > 0 && this.listeners.size > 0) this.checkThresholds(result.totals, extra, now);
+    // The spend lands in the window the reservation was made in (a late settle: the previous one).
+    if (result.found && extra > 0 && this.listeners.size > 0)
+      this.checkThresholds(result.totals, extra, now, reservation.reservedAt);
     return result.found;
   }
 
@@ -474,8 +477,14 @@ export class BudgetGuard {
     if (this.ownsLedger) this.ledger.close();
   }
 
-  // `totals` are after a change of +deltaMicros in committed spend on each budget they list.
-  private checkThresholds(totals: readonly LedgerTotals[], deltaMicros: number, now: number): void {
+  // `totals` are after a change of +deltaMicros in committed spend on each budget they list, in the
+  // windows containing `datedAt` (when the spend was reserved).
+  private checkThresholds(
+    totals: readonly LedgerTotals[],
+    deltaMicros: number,
+    now: number,
+    datedAt: number = now,
+  ): void {
     for (const t of totals) {
       const i = this.budgets.findIndex((b) => b.name === budgetNameOf(t.budgetId));
       const budget = this.budgets[i];
@@ -484,14 +493,8 @@ export class BudgetGuard {
       const crossed = crossedThresholds(budget.thresholdMicros, after - deltaMicros, after);
       if (crossed.length === 0) continue;
       const rolling = budget.period.kind === 'rolling';
-      const window = this.windows.at(i, now);
-      const windowStart = rolling ? 0 : window.startMs;
-      let state = this.fired.get(t.budgetId);
-      if (state === undefined || state.windowStart !== windowStart) {
-        state = { windowStart, firedAt: [] };
-        this.fired.set(t.budgetId, state);
-        if (this.fired.size > 10_000) this.forgetOldThresholds(now);
-      }
+      const window = this.windows.at(i, rolling ? now : datedAt);
+      const state = this.firedState(t.budgetId, rolling ? 0 : window.startMs, now);
       for (const index of crossed) {
         const last = state.firedAt[index];
         // Once per period; a rolling window has no period, so once per window length.
@@ -518,13 +521,36 @@ export class BudgetGuard {
     }
   }
 
+  /**
+   * What fired in one window of `budgetId`. The current window and the one before are kept: a call
+   * reserved before a period ended may settle after, and its extra charge lands in the old window
+   * (ledgers keep exactly those two), without resetting what fired in the new one.
+   */
+  private firedState(budgetId: string, windowStart: number, now: number): FiredState {
+    let states = this.fired.get(budgetId);
+    if (states === undefined) {
+      if (this.fired.size >= 10_000) this.forgetOldThresholds(now);
+      states = [];
+      this.fired.set(budgetId, states);
+    }
+    let state = states.find((s) => s.windowStart === windowStart);
+    if (state === undefined) {
+      state = { windowStart, firedAt: [] };
+      states.push(state);
+      states.sort((a, b) => b.windowStart - a.windowStart);
+      if (states.length > 2) states.length = 2;
+    }
+    return state;
+  }
+
   private forgetOldThresholds(now: number): void {
-    for (const [id, state] of this.fired) {
+    for (const [id, states] of this.fired) {
       const i = this.budgets.findIndex((b) => b.name === budgetNameOf(id));
       const budget = this.budgets[i];
       if (
         budget === undefined ||
-        (budget.period.kind === 'calendar' && state.windowStart !== this.windows.at(i, now).startMs)
+        (budget.period.kind === 'calendar' &&
+          !states.some((s) => s.windowStart === this.windows.at(i, now).startMs))
       ) {
         this.fired.delete(id);
       }

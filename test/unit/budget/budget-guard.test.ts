@@ -274,6 +274,24 @@ describe('thresholds', () => {
     expect(seen).toEqual([0.25]);
   });
 
+  it("a call settled after its day ended crosses that day's thresholds, not the new day's", () => {
+    const { guard, clock, events } = guardWith(
+      { budgets: { name: 'day', limit: 10, period: 'day' } },
+      Date.parse('2026-03-07T23:59:00Z'),
+    );
+    const late = guard.reserve($(1));
+    clock.advanceTo(Date.parse('2026-03-08T00:01:00Z'));
+    guard.settle(late, $(6)); // 60% of March 7
+    expect(events.map((e) => [e.threshold, e.resetAt])).toEqual([[0.5, Date.parse('2026-03-08T00:00:00Z')]]);
+    guard.reserve($(6)); // 60% of March 8: its own 50% event
+    expect(events.map((e) => [e.threshold, e.resetAt])).toEqual([
+      [0.5, Date.parse('2026-03-08T00:00:00Z')],
+      [0.5, Date.parse('2026-03-09T00:00:00Z')],
+    ]);
+    guard.reserve($(1)); // 70%: nothing new
+    expect(events).toHaveLength(2);
+  });
+
   it('a throwing listener does not undo the reservation', async () => {
     const { guard } = guardWith({
       onThreshold: () => {
