@@ -152,8 +152,9 @@ export function priceFromHeader(
 /**
  * Token usage from a JSON response body, in the shapes providers use: OpenAI chat
  * (`usage.prompt_tokens`/`completion_tokens`), OpenAI responses and Anthropic
- * (`usage.input_tokens`/`output_tokens`), Gemini (`usageMetadata.promptTokenCount`/
- * `candidatesTokenCount`). Undefined when the body has none of them.
+ * (`usage.input_tokens`/`output_tokens`), Gemini (`usageMetadata.promptTokenCount` plus
+ * `toolUsePromptTokenCount` / `candidatesTokenCount` plus `thoughtsTokenCount`). Undefined when the
+ * body has none of them.
  */
 export function readUsage(body: unknown): Usage | undefined {
   if (typeof body !== 'object' || body === null) return undefined;
@@ -170,11 +171,18 @@ export function readUsage(body: unknown): Usage | undefined {
   let input = pick(usage, 'input_tokens', 'prompt_tokens');
   let output = pick(usage, 'output_tokens', 'completion_tokens');
   if (input === undefined && output === undefined) {
-    input = pick(b.usageMetadata, 'promptTokenCount');
-    output = pick(b.usageMetadata, 'candidatesTokenCount');
+    // Gemini bills a thinking model's thoughts as output, and tool-use prompts as input, but counts
+    // neither in promptTokenCount / candidatesTokenCount.
+    const m = b.usageMetadata;
+    input = sum(pick(m, 'promptTokenCount'), pick(m, 'toolUsePromptTokenCount'));
+    output = sum(pick(m, 'candidatesTokenCount'), pick(m, 'thoughtsTokenCount'));
   }
   if (input === undefined && output === undefined) return undefined;
   return { inputTokens: input ?? 0, outputTokens: output ?? 0 };
+}
+
+function sum(a: number | undefined, b: number | undefined): number | undefined {
+  return a === undefined && b === undefined ? undefined : (a ?? 0) + (b ?? 0);
 }
 
 /** The actual cost from usage in a JSON body priced by `price`; undefined when the body reports none. */

@@ -89,6 +89,26 @@ describe('reading the actual cost from a response', () => {
     expect(readUsage('text')).toBeUndefined();
   });
 
+  it("a Gemini thinking model's thoughts are charged as output, its tool-use prompt as input", () => {
+    const body = {
+      usageMetadata: {
+        promptTokenCount: 100,
+        toolUsePromptTokenCount: 50,
+        candidatesTokenCount: 20,
+        thoughtsTokenCount: 1_000,
+        totalTokenCount: 1_170,
+      },
+    };
+    expect(readUsage(body)).toEqual({ inputTokens: 150, outputTokens: 1_020 });
+    const actual = costFromUsage(priceTable({ per1mInputTokens: 1, per1mOutputTokens: 10 }));
+    expect(actual(body)).toEqual({ micros: 150 + 10_200 });
+    // Cut off while thinking: no candidates at all, the thoughts are still billed.
+    expect(readUsage({ usageMetadata: { promptTokenCount: 10, thoughtsTokenCount: 500 } })).toEqual({
+      inputTokens: 10,
+      outputTokens: 500,
+    });
+  });
+
   it('costFromUsage prices the usage in a body', () => {
     const actual = costFromUsage(priceTable({ per1mInputTokens: 3, per1mOutputTokens: 15 }));
     expect(actual({ usage: { input_tokens: 1000, output_tokens: 1000 } })).toEqual({ micros: 18_000 });
