@@ -14,7 +14,7 @@ import {
   type TollgateRequestOptions,
   wrapFetch,
 } from '../index.js';
-import { parsePrice } from './parse-units.js';
+import { parsePrice, priceCurrencyProblem } from './parse-units.js';
 import type { RequestSpec } from './request-line.js';
 
 export interface Fetched {
@@ -33,6 +33,8 @@ export interface Pricing {
   readonly price: ReturnType<typeof priceTable> | undefined;
   /** Reconcile `tokens` from the body's usage (when a limit counts tokens). */
   readonly reconcileTokens: boolean;
+  /** The budgets' currency: a price header naming another one is no answer. */
+  readonly currency?: string | undefined;
 }
 
 export interface Attempt {
@@ -142,7 +144,9 @@ async function actualPrice(response: Response, pricing: Pricing): Promise<number
     const value = priceFromHeader(pricing.priceHeader)({ headers: response.headers });
     if (value !== undefined) {
       try {
-        return parsePrice('price header', value).micros;
+        const parsed = parsePrice('price header', value);
+        // A price in another currency is not counted 1:1 (no conversion): the estimate stands.
+        if (priceCurrencyProblem(parsed, pricing.currency) === undefined) return parsed.micros;
       } catch {
         // An unreadable price header: the estimate stands.
       }

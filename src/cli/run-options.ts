@@ -629,6 +629,7 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
       priceHeader: priceHeader?.toLowerCase(),
       price,
       reconcileTokens: limits.some((l) => (l.unit ?? 'requests') === 'tokens'),
+      currency,
     },
     baseUrl,
     headers,

@@ -176,6 +176,19 @@ describe('tollgate run --budget with actual prices below the estimate', () => {
     }
   });
 
+  it("a price header in another currency than the budget's is no answer: the estimate stands", async () => {
+    // 0.001 EUR is not 0.001 USD: counted 1:1, 10 requests would have spent $0.01, not $0.10.
+    const server = await pricedServer('0.001 EUR');
+    try {
+      const { result, results } = await runPriced(server, 'euros', 10);
+      expect(result.code, result.stdout + result.stderr).toBe(0);
+      expect(results).toHaveLength(10);
+      expect(result.stdout).toContain('$0.10 of $0.10');
+    } finally {
+      await server.close();
+    }
+  });
+
   it('stops where the spend leaves no room for one more estimate, never over the cap', async () => {
     // Settled at 0.009: after 11 (0.099), one more estimate (0.01) would not fit.
     const server = await pricedServer('0.009');
