@@ -499,6 +499,8 @@ export class Gate {
   private readonly budgetWaits = new Set<(error: Error & { code: string }) => void>();
   private started = 0;
   private closed = false;
+  /** `close({ queued: 'reject' })` was called: nothing goes back to a queue (a throttled call is not retried). */
+  private rejectQueued = false;
   private closeWaiters: (() => void)[] = [];
   private readonly globalWaiters = new Set<Partition>();
   /**
@@ -837,7 +839,8 @@ export class Gate {
 
   /**
    * Refuse new calls and settle queued ones (`queued: 'run'` lets them start as the limits allow,
-   * `'reject'` rejects them with `GateClosedError`; calls waiting for budget room count as queued).
+   * `'reject'` rejects them with `GateClosedError`; calls waiting for budget room count as queued,
+   * and so does a call in flight that the provider throttles: `'run'` retries it as before).
    * Resolves when nothing is queued, no call holds a budget reservation and, when the gate observes
    * completions, nothing is in flight.
    */
@@ -847,6 +850,7 @@ export class Gate {
     if (mode !== 'run' && mode !== 'reject') throw invalid('queued', "'run' or 'reject'", mode);
     this.closed = true;
     if (mode === 'reject') {
+      this.rejectQueued = true;
       for (const refuse of [...this.budgetWaits]) refuse(new GateClosedError());
       for (const p of this.queuedPartitions()) {
         for (const call of p.queue!.entries()) this.refuse(call, new GateClosedError());
@@ -1913,7 +1917,8 @@ export class Gate {
         method: inspection.method,
         observation,
         attempt: call.attempt,
-        retryable: inspection.retryable !== false && !this.closed,
+        // After close({ queued: 'run' }) a retry is queued work finishing; after 'reject' there is none.
+        retryable: inspection.retryable !== false && !this.rejectQueued,
       },
       adapt,
       now,

@@ -632,7 +632,8 @@ export class SharedGate {
 
   /**
    * Refuse new calls and settle waiting ones (`'run'`: they start at their reserved times;
-   * `'reject'`: rejected with `GateClosedError` and their reservations given back). Resolves when
+   * `'reject'`: rejected with `GateClosedError` and their reservations given back; a call in flight
+   * that the provider throttles is retried after `'run'`, not after `'reject'`). Resolves when
    * nothing waits or runs and no call holds a budget reservation (every settle and release of one
    * answered by its ledger, so the ledger may be closed next); then closes the store if the gate
    * opened it.
@@ -1800,7 +1801,8 @@ export class SharedGate {
         method: inspection.method,
         observation,
         attempt: call.attempt,
-        retryable: inspection.retryable !== false && !this.closed,
+        // After close({ queued: 'run' }) a retry is queued work finishing; after 'reject' there is none.
+        retryable: inspection.retryable !== false && !this.rejectQueued,
       },
       adapt,
       now,
