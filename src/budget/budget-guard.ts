@@ -357,7 +357,8 @@ export class BudgetGuard {
       this.listeners.add(fn('onThreshold', o.onThreshold) as (e: ThresholdEvent) => void);
     this.windows = new BudgetWindows(this.budgets);
 
-    const ledger = o.ledger ?? 'file';
+    // Unset is the default file; null is not unset (it asked for no ledger, which a budget cannot do).
+    const ledger = o.ledger === undefined ? 'file' : o.ledger;
     if (ledger === 'memory') {
       this.ledger = new MemoryLedger();
       this.ownsLedger = true;
@@ -373,9 +374,12 @@ export class BudgetGuard {
         this.ownsLedger = false;
       } else if (missing.length < ledgerMethods.length) {
         throw invalid('ledger', `a Ledger (missing method ${missing.join(', ')})`, ledger);
-      } else {
+      } else if (isPlainObject(ledger)) {
         this.ledger = new FileLedger(ledger as FileLedgerOptions);
         this.ownsLedger = true;
+      } else {
+        // A Map, a Date...: neither a Ledger nor file options (read as such, it opened the default file).
+        throw invalid('ledger', "'file', 'memory', { path } or a Ledger", ledger);
       }
     } else {
       throw invalid('ledger', "'file', 'memory', { path } or a Ledger", ledger);
@@ -569,6 +573,12 @@ export class BudgetGuard {
       }
     }
   }
+}
+
+/** An object literal (or one made with `Object.create(null)`), not an instance of some class. */
+function isPlainObject(value: object): boolean {
+  const proto = Object.getPrototypeOf(value) as unknown;
+  return proto === Object.prototype || proto === null;
 }
 
 /** The methods of `Ledger`, all of which the guard calls. */

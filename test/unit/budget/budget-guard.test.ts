@@ -380,6 +380,10 @@ describe('options are validated at construction', () => {
     ['bad onExceeded', { onExceeded: 'panic' }, /`onExceeded`/],
     ['bad ttl', { reservationTtlMs: 0 }, /`reservationTtlMs`/],
     ['bad ledger', { ledger: 'redis' }, /`ledger`/],
+    // Not file options either: each opened ./.tollgate/ledger.sqlite in the working directory.
+    ['a Map as the ledger', { ledger: new Map() }, /`ledger` to be 'file', 'memory', \{ path \} or a Ledger, got/],
+    ['a Date as the ledger', { ledger: new Date(0) }, /`ledger`/],
+    ['null as the ledger', { ledger: null }, /`ledger`.*got `null`/],
     [
       'decimal comma in the limit',
       { budgets: { limit: '0,5 EUR', period: 'day' } },
