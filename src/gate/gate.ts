@@ -1910,7 +1910,6 @@ export class Gate {
       observation = { policies: [] };
     }
     this.learnFrom(p, call, observation, inspection.status, now, adapt);
-    this.endProbe(p);
     const verdict = verdictFor(
       {
         status: inspection.status,
@@ -1925,22 +1924,24 @@ export class Gate {
       this.random,
     );
     if (verdict.kind === 'done') {
+      this.endProbe(p);
       this.finish(call, value, inspection);
       return;
     }
     const reason = observation.retryAfterMs !== undefined ? 'retry-after' : 'backoff';
+    // Pause before the probe releases the calls held behind it: a probe answered 429 must not let
+    // them all out into the same 429.
+    this.pausePartition(p, verdict.pauseUntil, reason, now);
+    this.endProbe(p);
     if (inspection.processed === true) {
-      this.pausePartition(p, verdict.pauseUntil, reason, now);
       this.finish(call, value, inspection);
       return;
     }
     discard(inspection);
     if (verdict.kind === 'retry' && verdict.pauseUntil <= call.deadline) {
-      this.pausePartition(p, verdict.pauseUntil, reason, now);
       this.requeue(call, now);
       return;
     }
-    this.pausePartition(p, verdict.pauseUntil, reason, now);
     // A throttled response was not processed: charge only what the provider said it charged.
     this.settleBudget(call, inspection.actualPriceMicros ?? 0);
     call.reject(

@@ -133,15 +133,17 @@ describe('gate adaptation: 429 and Retry-After', () => {
     const a = gate.schedule(first.fn, { key: 'api', inspect: first.inspect });
     const second = api.call('api');
     const b = gate.schedule(second.fn, { key: 'api', inspect: second.inspect, maxQueueTimeMs: 1000 });
-    await flush();
-    // b had started at once (nothing limited it) - schedule a third that must wait behind the pause.
+    // b waited behind the probe (a), whose 429 pauses the partition past b's deadline.
+    await expect(b).rejects.toMatchObject({ code: 'ERR_QUEUE_TIMEOUT' });
+    expect(clock.now()).toBe(T0);
+    // A call scheduled during the pause is refused at once too.
     const third = api.call('api');
     const c = gate.schedule(third.fn, { key: 'api', inspect: third.inspect, maxQueueTimeMs: 1000 });
     await expect(c).rejects.toMatchObject({ code: 'ERR_QUEUE_TIMEOUT', predicted: true });
     clock.advance(10_000);
     await flush();
     expect((await a).status).toBe(200);
-    expect((await b).status).toBe(200);
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0, 10_000]);
   });
 
   it('a Retry-After beyond maxRetryAfterMs rejects that call with retryAt and pauses no longer than the cap', async () => {
@@ -619,6 +621,27 @@ describe('gate adaptation: probing an unknown provider', () => {
     await flush();
     await Promise.all(calls);
     expect(sent).toEqual([0, 1, 2, 3, 4]);
+  });
+
+  // Found by a review: the probe released the calls held behind it before its 429's pause was
+  // set, so all of them went out at once into the same 429 (20 calls: 20 × 429 instead of 1).
+  it('a probe answered 429 with Retry-After holds the calls queued behind it until the pause ends', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = provider(clock, () =>
+      clock.now() < T0 + 2000
+        ? { status: 429, headers: { 'retry-after': '2' } }
+        : { status: 200, headers: {} },
+    );
+    const calls = Array.from({ length: 5 }, () => api.call('api'));
+    const done = calls.map((c) => gate.schedule(c.fn, { key: 'api', inspect: c.inspect }));
+    await flush();
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0]);
+    expect(gate.stats('api').partition.pausedUntil).toBe(T0 + 2000);
+    clock.advance(2000);
+    await flush();
+    for (const call of done) expect((await call).status).toBe(200);
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0, 2000, 2000, 2000, 2000, 2000]);
   });
 
   it('does not probe when limits are configured, and gives up holding after the probe timeout', async () => {
