@@ -3,6 +3,7 @@
  * gate passes the parsed observation, the call's attempt number, `now` and a jitter source, and
  * applies the verdict (pause, retry, refuse) itself.
  */
+import { bindsBefore } from '../headers/quota-window.js';
 import type { RateLimitObservation, RateLimitPolicy } from '../headers/rate-limit-observation.js';
 import type { LimitCore, LimitSpec } from './limit.js';
 import { minIntervalMs } from './normalize-limit-spec.js';
@@ -66,12 +67,15 @@ export type Verdict =
       readonly reason: 'retry-after-cap' | 'attempts';
     };
 
-/** The policy with the lowest remaining among those of `unit` that say remaining and reset. */
+/**
+ * The policy with the lowest remaining among those of `unit` that say remaining; ties go to the
+ * later reset (P9): of two windows spent to 0, the one that resets later holds the calls.
+ */
 export function bindingFor(observation: RateLimitObservation, unit: string): RateLimitPolicy | undefined {
   let best: RateLimitPolicy | undefined;
   for (const policy of observation.policies) {
     if (policy.unit !== unit || policy.remaining === undefined) continue;
-    if (best === undefined || policy.remaining < best.remaining!) best = policy;
+    if (best === undefined || bindsBefore(policy, best)) best = policy;
   }
   return best;
 }

@@ -39,6 +39,7 @@ import {
 } from '../errors.js';
 import type { HeadersLike } from '../headers/headers-like.js';
 import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
+import { bindsBefore } from '../headers/quota-window.js';
 import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
 import { invalid, onlyKnownKeys, plainObject } from '../validate.js';
 import { deadlineError, throttledError } from './call-errors.js';
@@ -2053,7 +2054,8 @@ export class Gate {
       for (const candidate of observation.policies) {
         if (candidate.unit !== unit || candidate.remaining === undefined || candidate.resetMs === undefined)
           continue;
-        if (policy === undefined || candidate.remaining < policy.remaining!) policy = candidate;
+        // The lowest remaining; of two spent to 0, the one that resets later (P9).
+        if (policy === undefined || bindsBefore(candidate, policy)) policy = candidate;
       }
       const id = `quota:${unit}`;
       const index = p.extra?.ids.indexOf(id) ?? -1;

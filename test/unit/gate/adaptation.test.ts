@@ -242,6 +242,39 @@ describe('gate adaptation: remaining and reset', () => {
     expect(api.sent.map((s) => s.at - T0)).toEqual([0, 0, 0, 0, 1000, 1000]);
   });
 
+  // Found by a review: the gate took the first of two windows at 0 (the parser's P9 takes the later
+  // reset), so it sent again when the short window reset, into the long one's 429s.
+  it.each([
+    ['a 200 spends both windows', 200],
+    ['a 429 without Retry-After', 429],
+  ] as const)(
+    'of two request windows at 0, the one that resets later holds the calls (%s)',
+    async (_, status) => {
+      const clock = new ManualClock(T0);
+      const gate = createGate({ clock });
+      const api = provider(clock, (n) => ({
+        status: n === 0 ? status : 200,
+        headers:
+          n === 0
+            ? {
+                'ratelimit-policy': '"second";q=10, "hour";q=100',
+                ratelimit: '"second";r=0;t=1, "hour";r=0;t=30',
+              }
+            : {},
+      }));
+      const calls = Array.from({ length: 3 }, () => api.call('api'));
+      const done = calls.map((c) => gate.schedule(c.fn, { key: 'api', inspect: c.inspect }));
+      for (let s = 0; s < 31; s++) {
+        await flush();
+        clock.advance(1000);
+      }
+      await Promise.all(done);
+      expect(api.sent.map((s) => s.at - T0)).toEqual(
+        status === 200 ? [0, 30_000, 30_000] : [0, 30_000, 30_000, 30_000],
+      );
+    },
+  );
+
   it('spread pacing spaces remaining evenly over the time to reset', async () => {
     const clock = new ManualClock(T0);
     const gate = createGate({ clock, adapt: { pacing: 'spread' } });
