@@ -279,6 +279,11 @@ class Partition {
    */
   probe: 0 | 1 | 2 = 0;
   probeUntil = 0;
+  /**
+   * The end of a wait the gate capped at `maxRetryAfterMs` (the provider asked for longer): the
+   * first call started from then on probes again, so one call asks the provider, not the queue.
+   */
+  reprobeAt: number | undefined = undefined;
   /** Queued calls with a finite deadline, as a min-heap on `deadline` (removed entries skipped lazily). */
   deadlines: Call[] | undefined = undefined;
 
@@ -1324,6 +1329,12 @@ export class Gate {
 
   /** The first inspected call of an unknown partition is its probe. */
   private startProbe(p: Partition, now: number): void {
+    if (p.reprobeAt !== undefined && now >= p.reprobeAt && p.probe !== 1) {
+      p.reprobeAt = undefined;
+      p.probe = 1;
+      p.probeUntil = now + PROBE_TIMEOUT_MS;
+      return;
+    }
     if (
       p.probe === 0 &&
       this.adapt !== false &&
@@ -1334,6 +1345,11 @@ export class Gate {
       p.probe = 1;
       p.probeUntil = now + PROBE_TIMEOUT_MS;
     }
+  }
+
+  /** A wait capped at `maxRetryAfterMs` ends at `at`: the first call started then probes again. */
+  private reprobeAfter(p: Partition, at: number): void {
+    p.reprobeAt = Math.max(p.reprobeAt ?? at, at);
   }
 
   /** The probe's answer (or failure) arrived: release the calls held behind it. */
@@ -1930,6 +1946,8 @@ export class Gate {
       return;
     }
     const reason = observation.retryAfterMs !== undefined ? 'retry-after' : 'backoff';
+    if (verdict.kind === 'refuse' && verdict.reason === 'retry-after-cap')
+      this.reprobeAfter(p, verdict.pauseUntil);
     // Pause before the probe releases the calls held behind it: a probe answered 429 must not let
     // them all out into the same 429.
     this.pausePartition(p, verdict.pauseUntil, reason, now);
@@ -2078,6 +2096,8 @@ export class Gate {
       // not renewed at its capped reset: that would send a whole window at once.
       const capped = policy!.resetMs! > adapt.maxRetryAfterMs;
       const resetAt = now + Math.min(policy!.resetMs!, adapt.maxRetryAfterMs);
+      // Spent until a reset past the cap: at the capped reset one call asks again, not the queue.
+      if (capped && allowance <= 0) this.reprobeAfter(p, resetAt);
       // The window to renew with: stated, else the longest reset span seen (a response early in a
       // window shows nearly all of it).
       const spanMs = capped ? 0 : (policy!.windowMs ?? Math.max(previous?.spanMs ?? 0, policy!.resetMs!));

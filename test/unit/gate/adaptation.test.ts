@@ -389,6 +389,48 @@ describe('gate adaptation: remaining and reset', () => {
     });
   });
 
+  // Found by a review: when a wait past the cap ended, every queued call went out at once and drew
+  // the 429 (GitHub: the 403) the provider had announced, instead of one call asking again.
+  it.each([
+    ['a Retry-After of a day', { status: 429, headers: { 'retry-after': '86400' } }],
+    [
+      'a GitHub primary limit spent for 40 minutes',
+      {
+        status: 403,
+        headers: {
+          'x-ratelimit-limit': '5000',
+          'x-ratelimit-remaining': '0',
+          'x-ratelimit-reset': String(T0 / 1000 + 2400),
+          'x-ratelimit-resource': 'core',
+        },
+        body: { message: 'API rate limit exceeded for user ID 1.' },
+      },
+    ],
+  ] as const)(
+    'after a wait capped at maxRetryAfterMs, one call asks the provider again, not the queue (%s)',
+    async (_, refusal) => {
+      const clock = new ManualClock(T0);
+      const gate = createGate({ clock, adapt: { maxRetryAfterMs: 5000 } });
+      // Refused twice (the probe, then the first call after the capped wait), then the provider is back.
+      const api = provider(clock, (n) =>
+        n < 2 ? { ...refusal, headers: { ...refusal.headers } } : { status: 200, headers: {} },
+      );
+      const calls = Array.from({ length: 5 }, () => api.call('api'));
+      const done = calls.map((c) =>
+        gate.schedule(c.fn, { key: 'api', inspect: c.inspect }).then(
+          (r) => r.status,
+          (e: { code: string }) => e.code,
+        ),
+      );
+      for (let s = 0; s < 12; s++) {
+        await flush();
+        clock.advance(1000);
+      }
+      expect(await Promise.all(done)).toEqual(['ERR_RATE_LIMITED', 'ERR_RATE_LIMITED', 200, 200, 200]);
+      expect(api.sent.map((s) => s.at - T0)).toEqual([0, 5000, 10_000, 10_000, 10_000]);
+    },
+  );
+
   it('holds calls for a far reset no longer than maxRetryAfterMs, then asks the provider again', async () => {
     const clock = new ManualClock(T0);
     const gate = createGate({ clock, adapt: { maxRetryAfterMs: 60_000 } });
