@@ -362,11 +362,12 @@ export function createServerQuota(unit: string): LimitCore<ServerQuotaState> {
         if (!renews(state)) return now;
         resetAt = renewedResetAt(state, now);
         allowance = state.limit!;
+        // A renewing quota of a smaller limit than the cost never fits: let it go now (waiting for
+        // the next renewal would wait forever) and let the provider answer.
+        if (cost > allowance) return Math.max(state.nextAt, now);
       }
-      if (cost > allowance) {
-        // Wait for the reset; a renewing quota of a smaller limit than the cost never fits: let it go then.
-        return resetAt;
-      }
+      // Wait for the reset.
+      if (cost > allowance) return resetAt;
       return Math.max(state.nextAt, now);
     },
     take(state: ServerQuotaState, cost: number, at: number): ServerQuotaState {

@@ -275,6 +275,39 @@ describe('gate adaptation: remaining and reset', () => {
     },
   );
 
+  // Found by a review: at each renewal the quota pointed to the next one, so such a call never went.
+  it.each([
+    [
+      'X-RateLimit-Limit: 0',
+      { 'x-ratelimit-limit': '0', 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '2' },
+      1,
+      2000,
+    ],
+    [
+      'a 2000-token call against a 1000-token window',
+      { 'ratelimit-policy': '"t";q=1000;w=10;qu="tokens"', ratelimit: '"t";r=500;t=5' },
+      { tokens: 2000 },
+      5000,
+    ],
+  ] as const)(
+    'a call costing more than a renewing quota can ever admit goes at the reset, not never (%s)',
+    async (_, headers, cost, resetMs) => {
+      const clock = new ManualClock(T0);
+      const gate = createGate({ clock, adapt: { learn: false } });
+      const api = provider(clock, (n) => ({ status: 200, headers: n === 0 ? { ...headers } : {} }));
+      const first = api.call('api');
+      await gate.schedule(first.fn, { key: 'api', cost, inspect: first.inspect });
+      const second = api.call('api');
+      const queued = gate.schedule(second.fn, { key: 'api', cost, inspect: second.inspect });
+      for (let s = 0; s < 30; s++) {
+        await flush();
+        clock.advance(1000);
+      }
+      expect(api.sent.map((s) => s.at - T0)).toEqual([0, resetMs]);
+      expect((await queued).status).toBe(200);
+    },
+  );
+
   it('spread pacing spaces remaining evenly over the time to reset', async () => {
     const clock = new ManualClock(T0);
     const gate = createGate({ clock, adapt: { pacing: 'spread' } });
