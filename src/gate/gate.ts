@@ -325,7 +325,9 @@ function extraEarliest(extra: Extra, states: unknown[], cost: ScheduleOptions['c
   for (let i = 0; i < extra.cores.length; i++) {
     const core = extra.cores[i]!;
     const units = unitCost(cost, core.unit);
-    if (units !== 0) t = Math.max(t, core.earliestAt(states[i], units, from));
+    // A level learned after the call was queued may be smaller than its cost: it could never admit
+    // it (a wait of Infinity). It does not hold the call; the provider answers, as for a quota.
+    if (units !== 0 && units <= core.capacity) t = Math.max(t, core.earliestAt(states[i], units, from));
   }
   return t;
 }

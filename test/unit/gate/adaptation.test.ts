@@ -380,6 +380,32 @@ describe('gate adaptation: remaining and reset', () => {
     expect(api.sent.map((s) => s.at - T0)).toEqual([0, 60_000, 60_000, 60_000]);
   });
 
+  // Found by a review: a configured limit refuses such a cost when the call is scheduled, but a
+  // learned one answered "never" (Infinity) and the call waited forever.
+  it('a call costing more than a learned limit can ever admit goes at the reset, not never', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    const api = provider(clock, (n) => ({
+      status: 200,
+      headers:
+        n === 0 ? { 'ratelimit-policy': '"t";q=1000;w=10;qu="tokens"', ratelimit: '"t";r=500;t=5' } : {},
+    }));
+    const first = api.call('api');
+    await gate.schedule(first.fn, { key: 'api', cost: { tokens: 500 }, inspect: first.inspect });
+    expect(gate.stats('api').partition.adaptive.find((l) => l.algorithm === 'sliding-log')).toMatchObject({
+      limit: 1000,
+      intervalMs: 10_000,
+    });
+    const second = api.call('api');
+    const queued = gate.schedule(second.fn, { key: 'api', cost: { tokens: 2000 }, inspect: second.inspect });
+    for (let s = 0; s < 30; s++) {
+      await flush();
+      clock.advance(1000);
+    }
+    expect(api.sent.map((s) => s.at - T0)).toEqual([0, 5000]);
+    expect((await queued).status).toBe(200);
+  });
+
   it('learns no window longer than a day: a hostile w=9007199254740 holds no call for ages', async () => {
     const clock = new ManualClock(T0);
     const gate = createGate({ clock });
