@@ -381,7 +381,11 @@ describe('options are validated at construction', () => {
     ['bad ttl', { reservationTtlMs: 0 }, /`reservationTtlMs`/],
     ['bad ledger', { ledger: 'redis' }, /`ledger`/],
     // Not file options either: each opened ./.tollgate/ledger.sqlite in the working directory.
-    ['a Map as the ledger', { ledger: new Map() }, /`ledger` to be 'file', 'memory', \{ path \} or a Ledger, got/],
+    [
+      'a Map as the ledger',
+      { ledger: new Map() },
+      /`ledger` to be 'file', 'memory', \{ path \} or a Ledger, got/,
+    ],
     ['a Date as the ledger', { ledger: new Date(0) }, /`ledger`/],
     ['null as the ledger', { ledger: null }, /`ledger`.*got `null`/],
     [
