@@ -72,7 +72,8 @@ export interface BudgetGuardOptions {
   /**
    * A reservation not settled or released this long after it was made is reported as spent at its
    * estimate (its process likely died after sending). It keeps counting against the cap either way
-   * until its window ends. Integer >= 1.
+   * until its window ends (rolling: for `rollingMs` after it expired; a rolling reservation settled
+   * or released before then is found however old it is). Integer >= 1.
    * @default 900_000 (15 minutes)
    */
   reservationTtlMs?: number;

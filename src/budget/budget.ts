@@ -201,10 +201,17 @@ export function budgetKeyOf(budgetId: string): string | undefined {
 /** A reservation's hold on one budget. */
 export interface Hold {
   readonly reservationId: string;
-  /** When the reservation was made (the call is sent right after): spend is dated here. */
+  /**
+   * When the reservation was made (the call is sent right after): spend is dated here, or, rolling,
+   * at the settle when that is `rollingMs` or more later (see `rollingSettleDate`).
+   */
   readonly at: number;
   readonly micros: number;
-  /** After this, a hold whose process never settled it is reported as spent (at its estimate). */
+  /**
+   * After this, a hold whose process never settled it is reported as spent (at its estimate).
+   * Rolling: never before `at` (`addHold` raises it), and the hold leaves the window `rollingMs`
+   * after it.
+   */
   readonly expiresAt: number;
 }
 
@@ -266,9 +273,11 @@ export function fits(
 }
 
 /**
- * Rolling: drop settled spend and holds that left the window by `now` (dated at or before
- * `now - rollingMs`). Holds are dropped too: a call older than the window no longer counts, whether
- * or not it ever settles. Returns true when anything was dropped.
+ * Rolling: drop settled spend that left the window by `now` (dated at or before `now - rollingMs`)
+ * and holds that expired at or before `now - rollingMs`. A hold counts until it is settled or
+ * released however old it is (its call may still be in flight: a long stream, a call queued behind
+ * a pause), and once expired (its process probably died) for `rollingMs` more, at its estimate.
+ * Returns true when anything was dropped.
  */
 export function pruneRolling(account: Account, now: number): boolean {
   if (account.rollingMs === undefined) return false;
@@ -281,7 +290,7 @@ export function pruneRolling(account: Account, now: number): boolean {
   if (dropped > 0) account.log.splice(0, dropped);
   let droppedHolds = false;
   for (const hold of account.holds.values()) {
-    if (hold.at <= cutoff) {
+    if (hold.expiresAt <= cutoff) {
       account.holds.delete(hold.reservationId);
       account.reservedMicros -= hold.micros;
       droppedHolds = true;
@@ -292,18 +301,21 @@ export function pruneRolling(account: Account, now: number): boolean {
 
 /** Add a hold admitted by `fits` (so `spent + reserved` stays <= the limit, an exact sum). */
 export function addHold(account: Account, hold: Hold): void {
+  // Rolling: a hold leaves rollingMs after it expired, so never before rollingMs after it was made.
+  if (account.rollingMs !== undefined && hold.expiresAt < hold.at) hold = { ...hold, expiresAt: hold.at };
   account.holds.set(hold.reservationId, hold);
   account.reservedMicros += hold.micros;
 }
 
 /**
- * The hold of `reservationId` if it still counts at `now`. A rolling hold dated `rollingMs` or more
- * ago has left the window: it is dropped here as `pruneRolling` would drop it, and is not held.
+ * The hold of `reservationId` if it still counts at `now`. A rolling hold that expired `rollingMs`
+ * or more ago has left the window: it is dropped here as `pruneRolling` would drop it, and is not
+ * held.
  */
 function heldAt(account: Account, reservationId: string, now: number): Hold | undefined {
   const hold = account.holds.get(reservationId);
   if (hold === undefined) return undefined;
-  if (account.rollingMs !== undefined && hold.at <= now - account.rollingMs) {
+  if (account.rollingMs !== undefined && hold.expiresAt <= now - account.rollingMs) {
     account.holds.delete(reservationId);
     account.reservedMicros -= hold.micros;
     return undefined;
@@ -335,8 +347,8 @@ export function checkCharge(
 
 /**
  * Settle a hold at `actualMicros` (refund or extra charge); `checkCharge` must have passed. Returns
- * false if it was not held here at `now` (unknown, or a rolling hold that left the window): then
- * nothing is charged.
+ * false if it was not held here at `now` (unknown, or a rolling hold that expired `rollingMs` ago):
+ * then nothing is charged. Rolling spend is dated by `rollingSettleDate`.
  */
 export function settleHold(
   account: Account,
@@ -350,8 +362,29 @@ export function settleHold(
   account.reservedMicros -= hold.micros;
   account.spentMicros += actualMicros;
   if (account.rollingMs !== undefined && actualMicros > 0)
-    insertLog(account.log, { at: hold.at, micros: actualMicros });
+    insertLog(account.log, { at: rollingSettleDate(hold.at, account.rollingMs, now), micros: actualMicros });
   return true;
+}
+
+/**
+ * Rolling: the date of a hold's spend settled at `now`: when it was reserved (the call was sent
+ * then), unless that has left the window (`rollingMs` or more ago: a long call), then `now`, so the
+ * spend still counts for a whole window after the settle (until then its hold counted it at its
+ * estimate). Dating such a settle at `at` would drop spend already made from the window at once.
+ */
+export function rollingSettleDate(at: number, rollingMs: number, now: number): number {
+  return at > now - rollingMs ? at : now;
+}
+
+/**
+ * Rolling: the date a counted hold leaves the window from (it leaves `rollingMs` after): expired,
+ * `expiresAt` (it is not settled any more, see `pruneRolling`); in flight, the date its spend would
+ * have settled at its estimate now (`rollingSettleDate`). `rollingResetAt` and `rollingRetryAt`
+ * read holds so: a hold older than the window leaves no earlier than `now + rollingMs`, never in
+ * the past.
+ */
+export function rollingHoldDate(at: number, expiresAt: number, rollingMs: number, now: number): number {
+  return expiresAt <= now ? expiresAt : rollingSettleDate(at, rollingMs, now);
 }
 
 /** Return a hold unspent (the call was never sent). Returns false if it was not held here at `now`. */
@@ -394,7 +427,8 @@ export function reportedTotals(
 
 /**
  * Rolling: when the oldest counted spend (settled or in flight) leaves the window, i.e. the next time
- * `spent + reserved` drops without anyone settling; `now` if nothing is counted.
+ * `spent + reserved` drops without anyone settling; `now` if nothing is counted. `entries`: settled
+ * spend by its date, holds by `rollingHoldDate`.
  */
 export function rollingResetAt(entries: readonly LogEntry[], rollingMs: number, now: number): number {
   let oldest = Infinity;
@@ -404,8 +438,8 @@ export function rollingResetAt(entries: readonly LogEntry[], rollingMs: number, 
 
 /**
  * Rolling: the earliest time at which `estimate` fits if nothing else happens, counting holds in
- * flight as spent at their estimate. Infinity when `estimate > limit` (it never fits).
- * An entry at `at` leaves the window at `at + rollingMs`.
+ * flight as spent at their estimate (settled now). Infinity when `estimate > limit` (it never fits).
+ * An entry at `at` leaves the window at `at + rollingMs`; holds are dated by `rollingHoldDate`.
  */
 export function rollingRetryAt(
   entries: readonly LogEntry[],

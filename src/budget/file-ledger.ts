@@ -22,7 +22,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { InvalidOptionError, StoreUnavailableError, TollgateError } from '../errors.js';
 import { requireOptional } from '../optional-dependency.js';
 import { integer, invalid, oneOf, plainObject } from '../validate.js';
-import { fits, type LogEntry, rollingResetAt, rollingRetryAt } from './budget.js';
+import { fits, type LogEntry, rollingResetAt, rollingRetryAt, rollingSettleDate } from './budget.js';
 import { LedgerCorruptError } from './errors.js';
 import type {
   Ledger,
@@ -112,7 +112,8 @@ CREATE TABLE holds (
   PRIMARY KEY (reservation_id, budget_id)
 ) WITHOUT ROWID;
 CREATE INDEX holds_by_window ON holds (budget_id, window_start, window_end, expires_at);
--- Rolling windows: settled spend by time, dropped once older than the window.
+-- Rolling windows: settled spend by time, dropped once older than the window. (Rolling holds are
+-- dropped rolling_ms after they expired.)
 CREATE TABLE rolling_log (budget_id TEXT NOT NULL, window_end REAL NOT NULL, at REAL NOT NULL, micros INTEGER NOT NULL);
 CREATE INDEX rolling_log_by_time ON rolling_log (budget_id, window_end, at);
 `;
@@ -133,6 +134,7 @@ interface HoldRow {
   window_end: number;
   at: number;
   micros: number;
+  expires_at: number;
 }
 
 type Stmt<P extends unknown[], R = unknown> = BetterSqlite3.Statement<P, R>;
@@ -166,7 +168,7 @@ export class FileLedger implements Ledger {
     pruneHolds: Stmt<[string, number, number, number], { micros: number }>;
     subtract: Stmt<[number, number, string, number, number]>;
     expired: Stmt<[string, number, number, number], { m: number }>;
-    counted: Stmt<[string, number, string, number, number], LogEntry>;
+    counted: Stmt<[{ id: string; start: number; end: number; now: number; rm: number }], LogEntry>;
     current: Stmt<[{ now: number }], WindowRow>;
   };
 
@@ -244,7 +246,7 @@ export class FileLedger implements Ledger {
         'INSERT INTO holds (reservation_id, budget_id, window_start, window_end, at, micros, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
       ),
       holdsOf: db.prepare(
-        'SELECT budget_id, window_start, window_end, at, micros FROM holds WHERE reservation_id = ? ORDER BY budget_id',
+        'SELECT budget_id, window_start, window_end, at, micros, expires_at FROM holds WHERE reservation_id = ? ORDER BY budget_id',
       ),
       deleteHolds: db.prepare('DELETE FROM holds WHERE reservation_id = ?'),
       // Settle: the hold's estimate leaves reserved, the actual joins spent (release: actual 0).
@@ -259,8 +261,9 @@ export class FileLedger implements Ledger {
       pruneLog: db.prepare(
         'DELETE FROM rolling_log WHERE budget_id = ? AND window_end = ? AND at <= ? RETURNING micros',
       ),
+      // Rolling holds leave rollingMs after they expired (holds_by_window finds them).
       pruneHolds: db.prepare(
-        'DELETE FROM holds WHERE budget_id = ? AND window_start = ? AND window_end = ? AND at <= ? RETURNING micros',
+        'DELETE FROM holds WHERE budget_id = ? AND window_start = ? AND window_end = ? AND expires_at <= ? RETURNING micros',
       ),
       subtract: db.prepare(
         `UPDATE windows SET spent_micros = spent_micros - ?, reserved_micros = reserved_micros - ?
@@ -270,9 +273,11 @@ export class FileLedger implements Ledger {
         `SELECT coalesce(sum(micros), 0) AS m FROM holds
            WHERE budget_id = ? AND window_start = ? AND window_end = ? AND expires_at <= ?`,
       ),
+      // Rolling: settled spend by its date, holds by the date they leave from (budget.ts rollingHoldDate).
       counted: db.prepare(
-        `SELECT at, micros FROM rolling_log WHERE budget_id = ? AND window_end = ?
-         UNION ALL SELECT at, micros FROM holds WHERE budget_id = ? AND window_start = ? AND window_end = ?`,
+        `SELECT at, micros FROM rolling_log WHERE budget_id = @id AND window_end = @end
+         UNION ALL SELECT CASE WHEN expires_at <= @now THEN expires_at WHEN at > @now - @rm THEN at ELSE @now END,
+           micros FROM holds WHERE budget_id = @id AND window_start = @start AND window_end = @end`,
       ),
       current: db.prepare(
         `SELECT * FROM windows WHERE rolling_ms IS NOT NULL OR (window_start <= @now AND window_end > @now)
@@ -368,7 +373,8 @@ export class FileLedger implements Ledger {
           end,
           now,
           entry.estimateMicros,
-          entry.expiresAt,
+          // Rolling: a hold leaves rollingMs after it expired, so never before rollingMs after now.
+          entry.rollingMs !== undefined && entry.expiresAt < now ? now : entry.expiresAt,
         );
         totals.push({
           budgetId: entry.budgetId,
@@ -389,11 +395,12 @@ export class FileLedger implements Ledger {
       if (holds.length === 0) return { found: false, totals: [] };
       const live: HoldRow[] = [];
       for (const hold of holds) {
-        // Rolling (end - start is rollingMs): a hold dated rollingMs or more ago has left the window.
-        // Pruning is lazy here, so drop it now as pruning would: it is not held, nothing is charged.
+        // Rolling (end - start is rollingMs): a hold that expired rollingMs or more ago has left the
+        // window. Pruning is lazy here, so drop it now as pruning would: it is not held, nothing is
+        // charged.
         if (
           hold.window_start === ROLLING_WINDOW_START &&
-          hold.at <= now - (hold.window_end - hold.window_start)
+          hold.expires_at <= now - (hold.window_end - hold.window_start)
         ) {
           s.subtract.run(0, hold.micros, hold.budget_id, hold.window_start, hold.window_end);
           continue;
@@ -424,8 +431,10 @@ export class FileLedger implements Ledger {
         );
         if (after === undefined) continue;
         if (actualMicros !== undefined && actualMicros > 0 && hold.window_start === ROLLING_WINDOW_START) {
-          // Rolling: spend is dated when the call was sent, the hold's `at`.
-          s.insertLog.run(hold.budget_id, hold.window_end, hold.at, actualMicros);
+          // Rolling: spend is dated when the call was sent, the hold's `at`, unless that has left the
+          // window (a long call): then now (budget.ts rollingSettleDate).
+          const date = rollingSettleDate(hold.at, hold.window_end - hold.window_start, now);
+          s.insertLog.run(hold.budget_id, hold.window_end, date, actualMicros);
         }
         totals.push({
           budgetId: hold.budget_id,
@@ -434,7 +443,7 @@ export class FileLedger implements Ledger {
           limitMicros: after.l,
         });
       }
-      // Found only if some window still held it (not one dropped or left behind by a rolling window).
+      // Found only if some window still held it (not one dropped, nor a rolling hold expired a window ago).
       return { found: totals.length > 0, totals };
     },
   );
@@ -464,13 +473,13 @@ export class FileLedger implements Ledger {
         remainingMicros: Math.max(0, row.limit_micros - spentMicros - reservedMicros),
         resetAt: rolling
           ? rollingResetAt(
-              this.s.counted.all(
-                row.budget_id,
-                row.window_end,
-                row.budget_id,
-                row.window_start,
-                row.window_end,
-              ),
+              this.s.counted.all({
+                id: row.budget_id,
+                start: row.window_start,
+                end: row.window_end,
+                now,
+                rm: row.rolling_ms!,
+              }),
               row.rolling_ms!,
               now,
             )
@@ -493,7 +502,8 @@ export class FileLedger implements Ledger {
     s.dropOrphanLog.run({ id: entry.budgetId });
   }
 
-  // Drop rolling spend and holds dated at or before `cutoff` (they have been in the window rollingMs).
+  // Drop rolling spend dated at or before `cutoff` and holds expired by then (both have been in the
+  // window rollingMs since).
   private pruneRolling(budgetId: string, end: number, cutoff: number): void {
     let spent = 0;
     for (const r of this.s.pruneLog.all(budgetId, end, cutoff)) spent += r.micros;
@@ -509,7 +519,7 @@ export class FileLedger implements Ledger {
     let resetAt = end;
     let retryAt = entry.estimateMicros <= entry.limitMicros ? end : Infinity;
     if (entry.rollingMs !== undefined) {
-      const counted = this.s.counted.all(entry.budgetId, end, entry.budgetId, start, end);
+      const counted = this.s.counted.all({ id: entry.budgetId, start, end, now, rm: entry.rollingMs });
       resetAt = rollingResetAt(counted, entry.rollingMs, now);
       retryAt = rollingRetryAt(counted, entry.rollingMs, entry.estimateMicros, entry.limitMicros, now);
     }

@@ -24,7 +24,9 @@ export interface LedgerEntry {
   readonly estimateMicros: number;
   /**
    * A reservation not settled or released by then is reported as spent at its estimate (its process
-   * probably died after sending). It is never dropped before its window ends.
+   * probably died after sending). It is never dropped before its window ends. Rolling: a hold counts
+   * until settled or released however old it is, and once expired for `rollingMs` more (an
+   * `expiresAt` before the reserve's `now` is taken as `now`).
    */
   readonly expiresAt: number;
 }
@@ -54,14 +56,20 @@ export type LedgerReserveResult =
       readonly reservedMicros: number;
       readonly limitMicros: number;
       readonly estimateMicros: number;
-      /** Calendar: the window's end. Rolling: when the oldest counted spend leaves the window. */
+      /**
+       * Calendar: the window's end. Rolling: when the oldest counted spend leaves the window (a hold in
+       * flight leaves as if settled now at its estimate, an expired one `rollingMs` after it expired).
+       */
       readonly resetAt: number;
       /** Earliest time this estimate could fit if nothing else happened; Infinity if never. */
       readonly retryAt: number;
     };
 
 export interface LedgerSettleResult {
-  /** False when the reservation was unknown (already settled or released, reset, or its window pruned). */
+  /**
+   * False when the reservation was unknown (already settled or released, reset, its calendar window
+   * dropped, or, rolling, expired `rollingMs` or more ago).
+   */
   readonly found: boolean;
   /** Totals after the change, one per budget the reservation held. */
   readonly totals: readonly LedgerTotals[];

@@ -10,6 +10,7 @@ import {
   pruneRolling,
   releaseHold,
   reportedTotals,
+  rollingHoldDate,
   rollingResetAt,
   rollingRetryAt,
   settleHold,
@@ -79,7 +80,7 @@ export class MemoryLedger implements Ledger {
     for (const account of held) {
       if (settleHold(account, reservationId, actualMicros, now)) totals.push(totalsOf(account));
     }
-    // Found only if some window still held it (not one dropped or left behind by a rolling window).
+    // Found only if some window still held it (not one dropped, nor a rolling hold expired a window ago).
     return { found: totals.length > 0, totals };
   }
 
@@ -166,14 +167,19 @@ function totalsOf(account: Account): LedgerTotals {
   };
 }
 
-function countedEntries(account: Account): LogEntry[] {
-  return [...account.log, ...account.holds.values()];
+// Rolling: settled spend by its date, holds by the date they leave the window from.
+function countedEntries(account: Account, now: number): LogEntry[] {
+  const rollingMs = account.rollingMs!;
+  const entries: LogEntry[] = [...account.log];
+  for (const h of account.holds.values())
+    entries.push({ at: rollingHoldDate(h.at, h.expiresAt, rollingMs, now), micros: h.micros });
+  return entries;
 }
 
 function resetAtOf(account: Account, now: number): number {
   return account.rollingMs === undefined
     ? account.windowEnd
-    : rollingResetAt(countedEntries(account), account.rollingMs, now);
+    : rollingResetAt(countedEntries(account, now), account.rollingMs, now);
 }
 
 function windowOf(account: Account, now: number): LedgerWindow {
@@ -200,7 +206,7 @@ function refusal(account: Account, entry: LedgerEntry, now: number): LedgerReser
         ? account.windowEnd
         : Infinity
       : rollingRetryAt(
-          countedEntries(account),
+          countedEntries(account, now),
           account.rollingMs,
           entry.estimateMicros,
           entry.limitMicros,

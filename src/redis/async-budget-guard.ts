@@ -25,8 +25,8 @@ export interface AsyncBudgetGuardOptions {
   clock?: Pick<Clock, 'now'>;
   /**
    * A reservation not settled or released this long after it was made counts as spent at its
-   * estimate (its process probably died after sending); it counts either way until its window ends.
-   * Integer >= 1.
+   * estimate (its process probably died after sending); it counts either way until its window ends
+   * (rolling: for `rollingMs` after it expired). Integer >= 1.
    * @default 900_000 (15 minutes)
    */
   reservationTtlMs?: number;

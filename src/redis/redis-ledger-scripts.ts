@@ -3,16 +3,18 @@
  * `src/budget/budget.ts` (the memory ledger's pure accounting) over Redis hashes, on the caller's
  * clock (`now` is an argument, as in the `Ledger` interface): admission `estimate <= limit - spent -
  * reserved` checked on every budget and committed on all or none, holds that count at their estimate
- * past `expiresAt` and are never dropped before their window ends (rolling: before they leave it).
+ * past `expiresAt` and are never dropped before their window ends (rolling: until settled or
+ * released, or `rollingMs` after they expired, however old they are).
  *
  * All keys of one ledger share the hash tag in KEYS[1] (`{<prefix>:ledger}`), so a reservation on
  * several budgets is one atomic script, in one Redis Cluster slot. Under it, per window id
  * (`<h(budgetId)>:<start>:<end>`):
  *   :w:<wid>   hash  id bid ws we rm s r l    (budget id, its hash, window, rolling ms, spent, reserved, limit)
  *   :h:<wid>   hash  reservation id -> 'micros at expiresAt'   (holds in flight)
- *   :he:<wid>  zset  'reservation id:micros' scored by expiresAt (the holds, to find expired ones)
+ *   :he:<wid>  zset  'reservation id:micros' scored by expiresAt (the holds, to find expired ones
+ *              and, rolling, the ones that left the window)
  *   :ha:<wid>  zset  'reservation id:micros' scored by at  (rolling: the holds, to prune by time)
- *   :g:<wid>   zset  'reservation id:micros' scored by at      (rolling: settled spend by time)
+ *   :g:<wid>   zset  'reservation id:micros' scored by date    (rolling: settled spend by time)
  *   :b:<bid>   set   window ids of one budget;   :i   set   every window id (snapshots, reset)
  *   :r:<id>    string  the window ids a reservation holds
  *   :x:<id>    string  a tombstone: released before its reserve ran (see LEDGER_SETTLE_LUA)
@@ -134,7 +136,8 @@ local function checkedMembers(wid, rolling, key, read, stride, skip)
   return members
 end
 
--- Rolling: drop settled spend and holds dated at or before now - rollingMs (budget.ts pruneRolling).
+-- Rolling: drop settled spend dated at or before now - rollingMs, and holds that expired by then
+-- (budget.ts pruneRolling): a hold in flight counts however old it is.
 local function pruneRolling(wid, rm, now)
   local w = P .. ':w:' .. wid
   local cutoff = fmt(now - rm)
@@ -147,21 +150,25 @@ local function pruneRolling(wid, rm, now)
     redis.call('HINCRBY', w, 's', fmt(0 - spent))
   end
   ensureIndexed(wid, true)
-  local ha = P .. ':ha:' .. wid
-  local old = checkedMembers(wid, true, ha, function(key)
+  local h, he, ha = P .. ':h:' .. wid, P .. ':he:' .. wid, P .. ':ha:' .. wid
+  -- The oldest hold by time is checked too (one member): an older tollgate's settles leave members
+  -- there first, and its reserves add holds no index finds; a stale one rebuilds the indexes.
+  checkedMembers(wid, true, ha, function(key)
+    return redis.call('ZRANGE', key, 0, 0)
+  end)
+  local gone = checkedMembers(wid, true, he, function(key)
     return redis.call('ZRANGEBYSCORE', key, '-inf', cutoff)
   end)
-  if #old == 0 then return end
-  local h, he = P .. ':h:' .. wid, P .. ':he:' .. wid
+  if #gone == 0 then return end
   local reserved = 0
   checkedAhead[wid] = nil
-  for _, member in ipairs(old) do
+  for _, member in ipairs(gone) do
     local id, micros = memberParts(member)
     redis.call('HDEL', h, id)
-    redis.call('ZREM', he, member)
+    redis.call('ZREM', ha, member)
     reserved = reserved + tonumber(micros)
   end
-  redis.call('ZREMRANGEBYSCORE', ha, '-inf', cutoff)
+  redis.call('ZREMRANGEBYSCORE', he, '-inf', cutoff)
   redis.call('HINCRBY', w, 'r', fmt(0 - reserved))
 end
 
@@ -179,56 +186,99 @@ local function expiredMicros(wid, now, rolling)
   return sum
 end
 
--- Rolling: counted entries (settled spend and holds) as {at, micros}, ascending by at: the two
--- logs, each sorted by Redis, merged. Only as many as asked for (n, or all).
-local function counted(wid, n)
+-- Rolling: what a refusal or a snapshot reads of a window's holds besides the youngest in flight:
+-- the expired ones ({expiresAt, micros} ascending, as members, and their sum) and the sum of those
+-- in flight older than the window. See budget.ts rollingHoldDate: an expired hold leaves rm after
+-- expiresAt, one in flight rm after its date if it settled now (its at, or now if at has left).
+local function rollingHolds(wid, rm, now)
   ensureIndexed(wid, true)
-  local function range(key)
-    return redis.call('ZRANGE', key, 0, n and (n - 1) or -1, 'WITHSCORES')
+  local c = { rm = rm, now = now, cutoff = fmt(now - rm), expired = {}, isExpired = {},
+    expiredMicros = 0, old = false, oldMicros = 0 }
+  local expired = checkedMembers(wid, true, P .. ':he:' .. wid, function(key)
+    return redis.call('ZRANGEBYSCORE', key, '-inf', fmt(now), 'WITHSCORES')
+  end, 2)
+  for i = 1, #expired, 2 do
+    local _, micros = memberParts(expired[i])
+    c.expired[#c.expired + 1] = { tonumber(expired[i + 1]), tonumber(micros) }
+    c.isExpired[expired[i]] = true
+    c.expiredMicros = c.expiredMicros + tonumber(micros)
   end
-  local function parse(log)
-    local out = {}
-    for i = 1, #log, 2 do
-      out[#out + 1] = { tonumber(log[i + 1]), tonumber(string.match(log[i], ':(%S+)$')) }
+  local old = checkedMembers(wid, true, P .. ':ha:' .. wid, function(key)
+    return redis.call('ZRANGEBYSCORE', key, '-inf', c.cutoff)
+  end)
+  for _, member in ipairs(old) do
+    if not c.isExpired[member] then
+      local _, micros = memberParts(member)
+      c.old = true
+      c.oldMicros = c.oldMicros + tonumber(micros)
     end
-    return out
   end
-  local a = parse(range(P .. ':g:' .. wid))
-  -- rollingRetryAt reads ever more of the oldest members: each is checked once.
-  local b = parse(checkedMembers(wid, true, P .. ':ha:' .. wid, range, 2, checkedAhead[wid]))
-  checkedAhead[wid] = #b
-  local entries, i, j = {}, 1, 1
-  while (i <= #a or j <= #b) and (not n or #entries < n) do
+  return c
+end
+
+-- Rolling: the first n counted entries (settled spend and holds) as {date, micros}, ascending by
+-- date (an entry leaves the window rm after it): the first n of each source, merged. c: from
+-- rollingHolds.
+-- Two lists of {date, micros} ascending, merged: the first n.
+local function merged(a, b, n)
+  local out, i, j = {}, 1, 1
+  while (i <= #a or j <= #b) and #out < n do
     if j > #b or (i <= #a and a[i][1] <= b[j][1]) then
-      entries[#entries + 1] = a[i]
+      out[#out + 1] = a[i]
       i = i + 1
     else
-      entries[#entries + 1] = b[j]
+      out[#out + 1] = b[j]
       j = j + 1
     end
   end
-  return entries
+  return out
+end
+
+local function counted(wid, n, c)
+  local settled = {}
+  local g = redis.call('ZRANGE', P .. ':g:' .. wid, 0, n - 1, 'WITHSCORES')
+  for i = 1, #g, 2 do
+    settled[#settled + 1] = { tonumber(g[i + 1]), tonumber(string.match(g[i], ':(%S+)$')) }
+  end
+  -- The holds in flight dated in the window, by at: n of them, past the expired ones among them.
+  -- rollingRetryAt reads ever more of them: each is checked once.
+  local young = checkedMembers(wid, true, P .. ':ha:' .. wid, function(key)
+    return redis.call('ZRANGEBYSCORE', key, '(' .. c.cutoff, '+inf', 'WITHSCORES', 'LIMIT', 0, n + #c.expired)
+  end, 2, checkedAhead[wid])
+  checkedAhead[wid] = #young / 2
+  local held = {}
+  for i = 1, #young, 2 do
+    if #held >= n then break end
+    if not c.isExpired[young[i]] then
+      local _, micros = memberParts(young[i])
+      held[#held + 1] = { tonumber(young[i + 1]), tonumber(micros) }
+    end
+  end
+  -- In flight and older than the window: dated now, all together.
+  local old = {}
+  if c.old then old[1] = { c.now, c.oldMicros } end
+  return merged(merged(merged(settled, held, n), c.expired, n), old, n)
 end
 
 -- budget.ts rollingResetAt: when the oldest counted spend leaves the window; now if none.
-local function rollingResetAt(wid, rm, now)
-  local oldest = counted(wid, 1)
-  if #oldest == 0 then return now end
-  return oldest[1][1] + rm
+local function rollingResetAt(wid, c)
+  local oldest = counted(wid, 1, c)
+  if #oldest == 0 then return c.now end
+  return oldest[1][1] + c.rm
 end
 
 -- budget.ts rollingRetryAt: earliest time estimate fits if nothing else happens. total: every
 -- counted micro-unit (the window's spent + reserved). Reads the oldest entries only as far as
 -- must leave, in chunks that double.
-local function rollingRetryAt(wid, total, rm, estimate, limit, now)
+local function rollingRetryAt(wid, total, c, estimate, limit)
   if estimate > limit then return INF end
-  local retryAt, done, n = now, 0, 64
+  local retryAt, done, n = c.now, 0, 64
   while not (estimate <= limit - total) do
-    local entries = counted(wid, n)
+    local entries = counted(wid, n, c)
     if done >= #entries then break end
     for i = done + 1, #entries do
       total = total - entries[i][2]
-      if entries[i][1] + rm > retryAt then retryAt = entries[i][1] + rm end
+      if entries[i][1] + c.rm > retryAt then retryAt = entries[i][1] + c.rm end
       done = i
       if estimate <= limit - total then break end
     end
@@ -276,6 +326,8 @@ for i = 1, count do
     we = tonumber(ARGV[a + 5]), rm = rm, limit = tonumber(ARGV[a + 7]), est = tonumber(ARGV[a + 8]),
     exp = tonumber(ARGV[a + 9]),
   }
+  -- Rolling: a hold leaves rm after it expired, so never before rm after now (budget.ts addHold).
+  if rm and entries[i].exp < now then entries[i].exp = now end
 end
 
 if redis.call('EXISTS', P .. ':r:' .. id) == 1 then
@@ -321,12 +373,16 @@ for _, e in ipairs(entries) do
   local win = windowOf(e.wid)
   -- budget.ts fits: subtract instead of adding three terms (exact near the largest amounts).
   if not (e.est <= e.limit - win.s - win.r) then
-    local expired = expiredMicros(e.wid, now, e.rm ~= nil)
+    local expired
     local resetAt, retryAt = e.we, e.we
     if e.est > e.limit then retryAt = INF end
     if e.rm then
-      resetAt = rollingResetAt(e.wid, e.rm, now)
-      retryAt = rollingRetryAt(e.wid, win.s + win.r, e.rm, e.est, e.limit, now)
+      local c = rollingHolds(e.wid, e.rm, now)
+      expired = c.expiredMicros
+      resetAt = rollingResetAt(e.wid, c)
+      retryAt = rollingRetryAt(e.wid, win.s + win.r, c, e.est, e.limit)
+    else
+      expired = expiredMicros(e.wid, now, false)
     end
     return { 0, e.id, fmt(win.s + expired), fmt(win.r - expired), fmt(e.limit), fmt(e.est), fmt(resetAt), fmt(retryAt) }
   end
@@ -390,13 +446,14 @@ for wid in string.gmatch(rec, '%S+') do
   local h = P .. ':h:' .. wid
   local hold = redis.call('HGET', h, id)
   local win = windowOf(wid)
-  local micros, at = nil, nil
+  local micros, at, exp = nil, nil, nil
   if hold then
-    micros, at = string.match(hold, '(%S+) (%S+)')
+    micros, at, exp = string.match(hold, '(%S+) (%S+) (%S+)')
     unindexHold(wid, id .. ':' .. micros, win ~= nil and win.rm ~= nil)
   end
-  if hold and win and win.rm and tonumber(at) <= now - win.rm then
-    -- A rolling hold that has left the window: dropped as pruneRolling drops it, not charged.
+  if hold and win and win.rm and tonumber(exp) <= now - win.rm then
+    -- A rolling hold that expired rm ago has left the window: dropped as pruneRolling drops it,
+    -- not charged.
     redis.call('HDEL', h, id)
     redis.call('HINCRBY', P .. ':w:' .. wid, 'r', fmt(0 - tonumber(micros)))
   elseif hold and win then
@@ -406,8 +463,13 @@ for wid in string.gmatch(rec, '%S+') do
     local s = win.s
     if actual then
       s = redis.call('HINCRBY', w, 's', fmt(actual))
-      -- Rolling: spend is dated when the call was sent, the hold's at.
-      if win.rm and actual > 0 then redis.call('ZADD', P .. ':g:' .. wid, at, id .. ':' .. fmt(actual)) end
+      -- Rolling: spend is dated when the call was sent, the hold's at, unless that has left the
+      -- window (a long call): then now (budget.ts rollingSettleDate).
+      if win.rm and actual > 0 then
+        local date = at
+        if not (tonumber(at) > now - win.rm) then date = fmt(now) end
+        redis.call('ZADD', P .. ':g:' .. wid, date, id .. ':' .. fmt(actual))
+      end
     end
     touch(wid, win.ws, win.we, win.rm, win.bid, now)
     reply[#reply + 1] = win.id
@@ -416,7 +478,7 @@ for wid in string.gmatch(rec, '%S+') do
     reply[#reply + 1] = fmt(win.l)
   end
 end
--- Found only if some window still held it (not one dropped, or left behind by a rolling window).
+-- Found only if some window still held it (not one dropped, nor a rolling hold expired a window ago).
 if #reply == 1 then reply[1] = 0 end
 return reply
 `;
@@ -434,13 +496,16 @@ for _, wid in ipairs(redis.call('SMEMBERS', P .. ':i')) do
   if win == nil then
     redis.call('SREM', P .. ':i', wid)
   elseif win.rm or (win.ws <= now and now < win.we) then
-    local resetAt = win.we
+    local resetAt, expired = win.we, nil
     if win.rm then
       pruneRolling(wid, win.rm, now)
       win = windowOf(wid)
-      resetAt = rollingResetAt(wid, win.rm, now)
+      local c = rollingHolds(wid, win.rm, now)
+      expired = c.expiredMicros
+      resetAt = rollingResetAt(wid, c)
+    else
+      expired = expiredMicros(wid, now, false)
     end
-    local expired = expiredMicros(wid, now, win.rm ~= nil)
     local rm = ''
     if win.rm then rm = fmt(win.rm) end
     reply[#reply + 1] = win.id

@@ -215,26 +215,133 @@ function cases(makeLedger: () => AnyLedger, mode: 'sync' | 'async'): void {
     expect(await only(ledger, 14)).toMatchObject({ spentMicros: 30_000, reservedMicros: 0 });
   });
 
-  it('settling a rolling hold older than the window finds nothing and charges nothing', async () => {
+  // Found by review: a rolling hold dated rollingMs or more ago left the window while its call could
+  // still be in flight (a long stream, a call queued behind a pause), and settling it then charged
+  // nothing. A rolling hold now counts until it is settled or released, or for rollingMs after it
+  // expired; a settle of a hold older than rollingMs is dated at the settle.
+  it('rolling: a hold older than rollingMs still counts; a refusal retries when its spend could leave', async () => {
     const ledger = make();
-    const id = await reserveOk(ledger, [rolling(0)], 0);
-    expect(await ledger.settle(id, 500_000, 60_000)).toEqual({ found: false, totals: [] });
-    expect(await only(ledger, 60_000, 'roll')).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
+    await reserveOk(ledger, [rolling(0, { estimateMicros: 500_000 })], 0);
+    const refused = await ledger.reserve([rolling(90_000, { estimateMicros: 500_001 })], 90_000);
+    // Settled now it would be dated now: it could leave at 90_000 + 60_000, not before.
+    expect(refused).toEqual({
+      ok: false,
+      budgetId: 'roll',
+      spentMicros: 0,
+      reservedMicros: 500_000,
+      limitMicros: 1_000_000,
+      estimateMicros: 500_001,
+      resetAt: 150_000,
+      retryAt: 150_000,
+    });
+    expect(await only(ledger, 90_000, 'roll')).toMatchObject({
+      spentMicros: 0,
+      reservedMicros: 500_000,
+      remainingMicros: 500_000,
+      resetAt: 150_000,
+    });
+    // A younger entry leaves first (at 95_000 + 60_000): it is what a smaller estimate waits for.
+    const young = await reserveOk(ledger, [rolling(95_000, { estimateMicros: 300_000 })], 95_000);
+    await ledger.settle(young, 300_000, 95_001);
+    expect(await ledger.reserve([rolling(100_000, { estimateMicros: 500_000 })], 100_000)).toMatchObject({
+      ok: false,
+      spentMicros: 300_000,
+      reservedMicros: 500_000,
+      resetAt: 155_000,
+      retryAt: 155_000,
+    });
+    expect((await ledger.reserve([rolling(100_000, { estimateMicros: 200_000 })], 100_000)).ok).toBe(true);
   });
 
-  it.each(['settle', 'release'] as const)(
-    '%s of a rolling hold a later reserve pruned finds nothing and charges nothing',
-    async (op) => {
-      const ledger = make();
-      const id = await reserveOk(ledger, [rolling(0)], 0);
-      // Dated 0: at 60_000 it has left the window, and this reserve prunes it.
-      await reserveOk(ledger, [rolling(60_000, { estimateMicros: 1 })], 60_000);
-      const result =
-        op === 'settle' ? await ledger.settle(id, 500_000, 60_001) : await ledger.release(id, 60_001);
-      expect(result).toEqual({ found: false, totals: [] });
-      expect(await only(ledger, 60_002, 'roll')).toMatchObject({ spentMicros: 0, reservedMicros: 1 });
-    },
-  );
+  it('rolling: settling a hold older than rollingMs charges the actual cost, dated at the settle', async () => {
+    const ledger = make();
+    const id = await reserveOk(ledger, [rolling(0, { estimateMicros: 500_000 })], 0);
+    expect(await ledger.settle(id, 400_000, 90_000)).toEqual({
+      found: true,
+      totals: [{ budgetId: 'roll', spentMicros: 400_000, reservedMicros: 0, limitMicros: 1_000_000 }],
+    });
+    expect(await only(ledger, 149_999, 'roll')).toMatchObject({
+      spentMicros: 400_000,
+      reservedMicros: 0,
+      resetAt: 150_000,
+    });
+    expect(await ledger.reserve([rolling(149_999, { estimateMicros: 600_001 })], 149_999)).toMatchObject({
+      ok: false,
+      spentMicros: 400_000,
+      retryAt: 150_000,
+    });
+    expect(await only(ledger, 150_000, 'roll')).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
+    expect((await ledger.reserve([rolling(150_000, { estimateMicros: 1_000_000 })], 150_000)).ok).toBe(true);
+  });
+
+  it('rolling: a settle after a later reserve pruned the window still finds the hold and charges it', async () => {
+    const ledger = make();
+    const id = await reserveOk(ledger, [rolling(0)], 0);
+    // Dated 0: at 60_000 its date has left the window, and this reserve prunes what left.
+    await reserveOk(ledger, [rolling(60_000, { estimateMicros: 1 })], 60_000);
+    expect(await only(ledger, 60_000, 'roll')).toMatchObject({ spentMicros: 0, reservedMicros: 100_001 });
+    expect(await ledger.settle(id, 500_000, 60_001)).toMatchObject({
+      found: true,
+      totals: [{ budgetId: 'roll', spentMicros: 500_000, reservedMicros: 1 }],
+    });
+    expect(await only(ledger, 120_000, 'roll')).toMatchObject({ spentMicros: 500_000, reservedMicros: 1 });
+    expect(await only(ledger, 120_001, 'roll')).toMatchObject({ spentMicros: 0, reservedMicros: 1 });
+  });
+
+  it('rolling: releasing a hold older than rollingMs finds it, charges nothing and frees the room', async () => {
+    const ledger = make();
+    const id = await reserveOk(ledger, [rolling(0, { estimateMicros: 600_000 })], 0);
+    await reserveOk(ledger, [rolling(60_000, { estimateMicros: 1 })], 60_000);
+    expect((await ledger.reserve([rolling(90_000, { estimateMicros: 500_000 })], 90_000)).ok).toBe(false);
+    expect(await ledger.release(id, 90_000)).toEqual({
+      found: true,
+      totals: [{ budgetId: 'roll', spentMicros: 0, reservedMicros: 1, limitMicros: 1_000_000 }],
+    });
+    expect((await ledger.reserve([rolling(90_000, { estimateMicros: 999_999 })], 90_000)).ok).toBe(true);
+  });
+
+  it('rolling: an expired hold counts at its estimate for rollingMs after it expired, then leaves', async () => {
+    const ledger = make();
+    // Expired at 30_000, long after it was made: counted until 30_000 + 60_000.
+    await reserveOk(ledger, [rolling(0, { estimateMicros: 700_000, expiresAt: 30_000 })], 0);
+    // Expired at once (its process died): counted until 10 + 60_000, not only until 60_000.
+    await reserveOk(ledger, [rolling(0, { budgetId: 'died', expiresAt: 10 })], 0);
+    expect(await only(ledger, 60_009, 'died')).toMatchObject({ spentMicros: 100_000, resetAt: 60_010 });
+    expect(await only(ledger, 60_010, 'died')).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
+    expect(await only(ledger, 61_000, 'roll')).toMatchObject({
+      spentMicros: 700_000,
+      reservedMicros: 0,
+      resetAt: 90_000,
+    });
+    expect(await ledger.reserve([rolling(89_999, { estimateMicros: 300_001 })], 89_999)).toMatchObject({
+      ok: false,
+      spentMicros: 700_000,
+      reservedMicros: 0,
+      resetAt: 90_000,
+      retryAt: 90_000,
+    });
+    expect(await only(ledger, 90_000, 'roll')).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
+    expect((await ledger.reserve([rolling(90_000, { estimateMicros: 1_000_000 })], 90_000)).ok).toBe(true);
+  });
+
+  it('rolling: an expired hold older than rollingMs settles at its actual cost, dated at the settle; after it left, a settle finds nothing', async () => {
+    const ledger = make();
+    const late = await reserveOk(ledger, [rolling(0, { estimateMicros: 700_000, expiresAt: 30_000 })], 0);
+    const gone = await reserveOk(
+      ledger,
+      [rolling(0, { budgetId: 'gone', estimateMicros: 700_000, expiresAt: 30_000 })],
+      0,
+    );
+    expect(await ledger.settle(late, 200_000, 80_000)).toMatchObject({
+      found: true,
+      totals: [{ budgetId: 'roll', spentMicros: 200_000, reservedMicros: 0 }],
+    });
+    // Counted at its estimate from 0 to 90_000, then gone, as a calendar window two periods back.
+    expect(await ledger.settle(gone, 200_000, 90_000)).toEqual({ found: false, totals: [] });
+    expect(await only(ledger, 90_001, 'gone')).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
+    expect(await only(ledger, 139_999, 'roll')).toMatchObject({ spentMicros: 200_000, resetAt: 140_000 });
+    expect(await only(ledger, 140_000, 'roll')).toMatchObject({ spentMicros: 0 });
+  });
 
   it.each(['settle', 'release'] as const)(
     '%s of a reservation in a calendar window two periods back finds nothing (the window was dropped)',

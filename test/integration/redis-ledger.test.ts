@@ -79,7 +79,7 @@ describe.skipIf(skip !== false)('Redis ledger keys', () => {
     expect(ttls.filter(([, ttl]) => ttl < 0)).toEqual([]);
   });
 
-  it('holds written before the hold indexes existed are indexed when next read: expired ones count, old ones leave', async () => {
+  it('holds written before the hold indexes existed are indexed when next read: expired ones count, then leave', async () => {
     const keyPrefix = `${prefix}-legacy`;
     const ledger = ledgerAt(keyPrefix);
     const t = now;
@@ -99,8 +99,9 @@ describe.skipIf(skip !== false)('Redis ledger keys', () => {
     expect(refused).toMatchObject({ ok: false, spentMicros: 2_000, reservedMicros: 2_000 });
     // The rebuilt indexes expire with the holds (a refusal sets no other TTL).
     for (const key of indexes) expect(await admin!.pttl(key), key).toBeGreaterThan(0);
-    // A minute after the first two, they have left the window; the other two still count.
-    const later = t + 61_000;
+    // A minute after the first two expired, they have left the window; the other two, in flight,
+    // still count.
+    const later = t + 61_010;
     const windows = await ledger.snapshot(later);
     expect(windows.find((w) => w.budgetId === 'roll')).toMatchObject({
       spentMicros: 0,
@@ -138,10 +139,11 @@ describe.skipIf(skip !== false)('Redis ledger keys', () => {
     const t = now;
     const a = await ledger.reserve([rolling(t, 3_000)], t);
     if (!a.ok) throw new Error('expected A to be admitted');
-    await oldReserve([rolling(t + 1_000, 1_000)], t + 1_000);
+    // Its process died: it expires at once.
+    await oldReserve([rolling(t + 1_000, 1_000, t + 1_010)], t + 1_000);
     await oldSettle(a.reservationId, 3_000, 0, t + 2_000);
-    // A minute on, both have left the window: 10,000 fits, and then nothing more.
-    const later = t + 61_000;
+    // A minute after B expired, both have left the window: 10,000 fits, and then nothing more.
+    const later = t + 61_010;
     const admitted = [];
     for (const micros of [10_000, 2_000, 1_000])
       admitted.push((await ledger.reserve([rolling(later, micros)], later)).ok);

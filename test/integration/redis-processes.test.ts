@@ -307,8 +307,10 @@ describe.skipIf(skip !== false)('processes sharing one quota through Redis', () 
         `[redis processes] SIGKILL holding 2 permits, ${7 - 2} queued slots and 7 budget holds: ` +
           `${hangArrivals} requests sent; permits back ${(waitedHeld - killedAt).toFixed(0)} ms after the kill`,
       );
-      // Past the rolling window the whole budget is back.
-      await new Promise((r) => setTimeout(r, Math.max(0, killedAt + budget.rollingMs + 200 - wallNow())));
+      // A rolling window after the holds expired, the whole budget is back.
+      await new Promise((r) =>
+        setTimeout(r, Math.max(0, killedAt + budget.ttlMs + budget.rollingMs + 200 - wallNow())),
+      );
       const [late] = await ledger.snapshot(now());
       expect(late).toMatchObject({ spentMicros: 0, reservedMicros: 0, remainingMicros: budget.limitMicros });
     } finally {

@@ -259,13 +259,16 @@ describe('FileLedger settle', () => {
     }
   });
 
-  it('settling a rolling hold older than the window finds nothing, even before a prune ran', () => {
+  it('settling a rolling hold that expired a window ago finds nothing, even before a prune ran', () => {
     const ledger = new FileLedger({ path: fresh() });
     try {
       const roll = entry({ budgetId: 'roll', windowStart: -60_000, windowEnd: 0, rollingMs: 60_000 });
-      const id = reserveOk(ledger, [roll], 0);
-      expect(ledger.settle(id, 500_000, 60_000)).toEqual({ found: false, totals: [] });
-      expect(ledger.snapshot(60_000)[0]).toMatchObject({ spentMicros: 0, reservedMicros: 0 });
+      const id = reserveOk(ledger, [{ ...roll, expiresAt: 10 }], 0);
+      const old = reserveOk(ledger, [roll], 0);
+      expect(ledger.settle(id, 500_000, 60_010)).toEqual({ found: false, totals: [] });
+      // Older than the window but not expired: held, and charged.
+      expect(ledger.settle(old, 100_000, 60_010)).toMatchObject({ found: true });
+      expect(ledger.snapshot(60_010)[0]).toMatchObject({ spentMicros: 100_000, reservedMicros: 0 });
     } finally {
       ledger.close();
     }
