@@ -219,6 +219,48 @@ export function aimdOnThrottle(
   return { ratePerSec, rateAtDecrease: ratePerSec, changedAt: now, decreaseSeq: latestSeq };
 }
 
+/**
+ * The rate a provider showed between two Retry-After pauses, when it says nothing else: `accepted`
+ * calls started in the round (since the last pause ended, `roundAt`) before the first one it
+ * refused, then "nothing until `pauseUntil`". It admits about that many over the round and the pause
+ * together: accepted / (pauseUntil - roundAt), per second. Undefined when nothing was accepted
+ * (no measure: the usual decrease applies).
+ */
+export function roundRatePerSec(accepted: number, roundAt: number, pauseUntil: number): number | undefined {
+  if (!(accepted > 0)) return undefined;
+  // ms -> s: accepted calls over the span, in calls per second; a span under 1 ms counts as 1 ms.
+  return (accepted * 1000) / Math.max(1, pauseUntil - roundAt);
+}
+
+/**
+ * A throttled response with a Retry-After and no quota. With nothing accepted in the round
+ * (`roundRate` undefined) nothing changes: a Retry-After alone says when, not how fast. Otherwise
+ * the rate becomes the round's rate, or less: news (a call sent after the last decrease) also takes
+ * the usual decrease (×`decrease`); a refusal of a call sent before it may still lower the rate to
+ * its round's (the first refusal answered is not always the first one the provider made).
+ */
+export function aimdOnRetryAfter(
+  state: AimdState | undefined,
+  roundRate: number | undefined,
+  callSeq: number,
+  latestSeq: number,
+  now: number,
+  options: AimdOptions,
+): AimdState | undefined {
+  if (roundRate === undefined) return state;
+  const news = state === undefined || callSeq > state.decreaseSeq;
+  const current =
+    state === undefined ? Infinity : news ? state.ratePerSec * options.decrease : state.ratePerSec;
+  const ratePerSec = clamp(Math.min(current, roundRate), options.minRatePerSec, options.maxRatePerSec);
+  if (!news && ratePerSec >= state!.ratePerSec) return state;
+  return {
+    ratePerSec,
+    rateAtDecrease: ratePerSec,
+    changedAt: now,
+    decreaseSeq: news ? latestSeq : state!.decreaseSeq,
+  };
+}
+
 /** Additive increase: once per quiet second (no decrease for a second), only while the gate is the bottleneck. */
 export function aimdOnTick(
   state: AimdState,

@@ -5,10 +5,12 @@ import type { Clock } from '../clock.js';
 import {
   type AdaptOptions,
   type AimdState,
+  aimdOnRetryAfter,
   aimdOnThrottle,
   aimdOnTick,
   isAtLeastAsTight,
   learnedPolicies,
+  roundRatePerSec,
   seedAgeMs,
   verdictFor,
 } from '../core/adaptation.js';
@@ -273,6 +275,12 @@ class Partition {
   inFlightUnits: Map<string, number> | undefined = undefined;
   firstStartAt = 0;
   aimd: AimdState | undefined = undefined;
+  /**
+   * The runs of calls between Retry-After pauses (the last two): the calls numbered above `seq`,
+   * started from `at` (the end of the pause before them). What the provider accepted in one is the
+   * rate it showed (see `roundRatePerSec`).
+   */
+  rounds: { seq: number; at: number }[] | undefined = undefined;
   /**
    * Probe of a partition that knows nothing of its provider (no configured limit, nothing learned):
    * 0 not yet, 1 the first inspected call is out (the others wait for its headers), 2 done.
@@ -2217,15 +2225,52 @@ export class Gate {
       (policy) =>
         policy.unit === 'requests' && (policy.remaining !== undefined || policy.limit !== undefined),
     );
-    // AIMD only when the provider says nothing at all: a Retry-After or a quota is better information.
-    if (throttled && !informed && observation.retryAfterMs === undefined && adapt.aimd !== false) {
-      const next = aimdOnThrottle(p.aimd, this.recentRate(p, now), call.seq, p.seq, now, adapt.aimd);
+    // AIMD when the provider states no quota. With nothing at all, the usual decrease; with a
+    // Retry-After alone, the rate the provider showed before it refused (a Retry-After says when,
+    // not how fast: after the pause the whole queue would go again, into the same 429s).
+    if (throttled && !informed && adapt.aimd !== false) {
+      const next =
+        observation.retryAfterMs === undefined
+          ? aimdOnThrottle(p.aimd, this.recentRate(p, now), call.seq, p.seq, now, adapt.aimd)
+          : aimdOnRetryAfter(
+              p.aimd,
+              this.roundRate(p, call.seq, now + Math.min(observation.retryAfterMs, adapt.maxRetryAfterMs)),
+              call.seq,
+              p.seq,
+              now,
+              adapt.aimd,
+            );
       if (next !== undefined && next !== p.aimd) {
         this.setAimd(p, next, now);
         changed = true;
       }
     }
     if (changed && p.queue !== undefined) this.replanAndDrain(p, now);
+  }
+
+  /**
+   * The rate the provider showed in the round `callSeq` started in, now that it refused that call
+   * until `pauseUntil` (the calls started before it in its round were accepted, as far as we know);
+   * then the next round starts after the pause, with the calls started from now on.
+   */
+  private roundRate(p: Partition, callSeq: number, pauseUntil: number): number | undefined {
+    p.rounds ??= [{ seq: 0, at: p.firstStartAt }];
+    const rounds = p.rounds;
+    let rate: number | undefined;
+    for (let i = rounds.length - 1; i >= 0; i--) {
+      const round = rounds[i]!;
+      if (round.seq >= callSeq) continue;
+      // The calls numbered round.seq + 1 ... callSeq - 1 went before it in its round.
+      rate = roundRatePerSec(callSeq - round.seq - 1, round.at, pauseUntil);
+      break;
+    }
+    const last = rounds[rounds.length - 1]!;
+    if (last.seq === p.seq) last.at = Math.max(last.at, pauseUntil);
+    else {
+      rounds.push({ seq: p.seq, at: pauseUntil });
+      if (rounds.length > 2) rounds.shift();
+    }
+    return rate;
   }
 
   /** Calls per second this partition started recently: AIMD's starting point. */

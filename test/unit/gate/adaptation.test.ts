@@ -628,6 +628,49 @@ describe('gate adaptation: AIMD and costs', () => {
     expect(aimd?.ratePerSec).toBeLessThanOrEqual(5.5);
   });
 
+  // Found by a review (session 18): with a Retry-After alone (no quota headers), the whole queue
+  // went again after every pause: 40 calls against 10 per second, 20 of them refused for good.
+  it('a Retry-After alone paces the calls after the pause to what the provider accepted before it', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    // The provider: at most 10 arrivals per aligned second, a refusal saying only when the second ends.
+    const sent: { at: number; status: number }[] = [];
+    const fn = async (): Promise<FakeResponse> => {
+      const at = clock.now() - T0;
+      const window = Math.floor(at / 1000);
+      const inWindow = sent.filter((s) => s.status === 200 && Math.floor(s.at / 1000) === window).length;
+      const status = inWindow < 10 ? 200 : 429;
+      sent.push({ at, status });
+      return status === 200
+        ? { status, headers: {} }
+        : { status, headers: { 'retry-after': String(Math.ceil(((window + 1) * 1000 - at) / 1000)) } };
+    };
+    const inspect = (r: FakeResponse): Inspection => ({
+      status: r.status,
+      headers: r.headers,
+      method: 'GET',
+    });
+    const done = Array.from({ length: 40 }, () =>
+      gate.schedule(fn, { key: 'api', inspect }).then(
+        (r) => r.status,
+        (e: { code: string }) => e.code,
+      ),
+    );
+    for (let s = 0; s < 200; s++) {
+      await flush();
+      clock.advance(50);
+    }
+    expect(await Promise.all(done)).toEqual(Array(40).fill(200));
+    // The first second's burst is refused (nothing told the gate the limit); after it, the gate
+    // sends at the pace the provider showed (10 accepted, then nothing until the second's end).
+    const refusedLater = sent.filter((s) => s.status === 429 && s.at >= 1000);
+    expect(refusedLater.length).toBeLessThanOrEqual(2);
+    const aimd = gate.stats('api').partition.adaptive.find((l) => l.algorithm === 'leaky-bucket');
+    expect(aimd?.ratePerSec).toBeLessThanOrEqual(10.5);
+    expect(aimd?.ratePerSec).toBeGreaterThanOrEqual(5);
+    await gate.close();
+  });
+
   it('refunds tokens a call did not use, so the next call starts sooner', async () => {
     const clock = new ManualClock(T0);
     const gate = createGate({
