@@ -1704,11 +1704,16 @@ export class SharedGate {
     }
     result.then(
       (value) => {
-        this.released(call);
-        this.completed(call, value);
+        // Its concurrency permits go back, and it leaves inFlight, once its response is read: a 429
+        // pauses the key (and the call goes back to reserve) before a call waiting for a permit
+        // may start, and close() waits for the retry (see the in-memory gate's `completed`).
+        const reservation = call.reservation;
+        const untimed = call.hasUntimed;
+        this.released(call, false);
+        this.completed(call, value, () => this.letGo(reservation, untimed));
       },
       (error: unknown) => {
-        this.released(call);
+        this.released(call, true);
         if (call.info.prober === call) this.endProbe(call.info, true);
         // The request may have reached the provider: charge the estimate (never under-count).
         this.settleBudget(call, call.priceMicros);
@@ -1722,8 +1727,8 @@ export class SharedGate {
    * now, its response, instead of from its start (as the in-memory gate does: a window counted from
    * the response never ends before the provider's, however late the request arrived there).
    */
-  private released(call: SharedCall): void {
-    this.inFlight--;
+  private released(call: SharedCall, letGo: boolean): void {
+    if (letGo) this.inFlight--;
     if (call.runningIndex !== -1) {
       const last = this.runningViaStore.pop()!;
       if (last !== call) {
@@ -1735,7 +1740,7 @@ export class SharedGate {
     call.onReleased?.();
     const reservation = call.reservation;
     if (reservation === undefined) return;
-    if (call.hasUntimed) this.refundUntimed(reservation);
+    if (letGo && call.hasUntimed) this.refundUntimed(reservation);
     if (this.recounted(call, reservation)) {
       quietly(
         () => this.store.recount(reservation, this.o.arrivalMarginMs, call.startedStoreAt),
@@ -1766,8 +1771,24 @@ export class SharedGate {
     );
   }
 
-  private completed(call: SharedCall, value: unknown): void {
-    inspectOutcome(call.inspect, value, (inspection) => this.afterInspection(call, value, inspection));
+  private completed(call: SharedCall, value: unknown, letGo: () => void): void {
+    inspectOutcome(call.inspect, value, (inspection) => {
+      try {
+        this.afterInspection(call, value, inspection);
+      } finally {
+        letGo();
+      }
+    });
+  }
+
+  /**
+   * The rest of `released` for a call whose response was read: out of inFlight, and its concurrency
+   * permits given back (from the reservation it ran on: a retry reserves anew).
+   */
+  private letGo(reservation: StoreReservation | undefined, untimed: boolean): void {
+    this.inFlight--;
+    if (reservation !== undefined && untimed) this.refundUntimed(reservation);
+    this.maybeClosed();
   }
 
   private afterInspection(call: SharedCall, value: unknown, inspection: Inspection | undefined): void {

@@ -1635,6 +1635,34 @@ describe.skipIf(skip !== false)('shared gate on Redis', () => {
     return pair as [SharedGate, SharedGate];
   };
 
+  // Found by a review (session 18): close() resolved while a 429's error body was still being
+  // read (the call had left inFlight at its response), closed the store the gate owned, and the
+  // retry the 'run' mode promises failed with GateClosedError.
+  it("close() waits for a 429'd call whose response is still being read, and its retry runs", async () => {
+    const gate = createSharedGate({ redis: REDIS_URL, keyPrefix: `${keyPrefix}-close` });
+    let sent = 0;
+    const fn = async () => (++sent === 1 ? { status: 429, headers: { 'retry-after': '1' } } : ok());
+    let readBody!: () => void;
+    // As the adapters' bounded error-body read: the inspection answers later.
+    const inspect = (r: Inspection) =>
+      r.status === 429 ? new Promise<Inspection>((resolve) => (readBody = () => resolve(r))) : r;
+    const call = gate.schedule(fn, { inspect });
+    const outcome = call.then(
+      (r) => r.status,
+      (e: { code?: string }) => e.code,
+    );
+    for (let i = 0; i < 200 && sent === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(sent).toBe(1);
+    let closed = false;
+    const closing = gate.close().then(() => (closed = true));
+    await new Promise((r) => setTimeout(r, 30));
+    expect(closed).toBe(false);
+    readBody();
+    expect(await outcome).toBe(200);
+    await closing;
+    expect(sent).toBe(2);
+  });
+
   it('two gates (two connections) never exceed the shared leaky bucket together', async () => {
     // Both connected first: a first answer held up by connecting arrives after later slots have
     // passed, and calls up to lateToleranceMs late start together; this checks the spacing only.
