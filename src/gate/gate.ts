@@ -281,6 +281,16 @@ class Partition {
    * rate it showed (see `roundRatePerSec`).
    */
   rounds: { seq: number; at: number }[] | undefined = undefined;
+  /** When its last call started: a round also begins after ROUND_IDLE_MS without a start. */
+  lastStartAt = 0;
+  /**
+   * The rate a Retry-After round showed, applied when its pause ends (`applyRoundCut`) unless a call
+   * started after the refused one in the same burst is accepted meanwhile (a refusal that was not
+   * the limit: the provider took more). `from`: the AIMD state it was computed from.
+   */
+  roundCut:
+    | { state: AimdState; from: AimdState | undefined; refusedSeq: number; endSeq: number; at: number }
+    | undefined = undefined;
   /**
    * Probe of a partition that knows nothing of its provider (no configured limit, nothing learned):
    * 0 not yet, 1 the first inspected call is out (the others wait for its headers), 2 done.
@@ -374,6 +384,8 @@ function aimdCore(ratePerSec: number): LimitCore {
 }
 
 const RECENT_STARTS = 32;
+/** A Retry-After round also begins after this long without a start (the provider's windows have passed). */
+const ROUND_IDLE_MS = 60_000;
 // How long the calls of an unknown partition wait for the first response's headers at most.
 export const PROBE_TIMEOUT_MS = 2_000;
 
@@ -1221,6 +1233,9 @@ export class Gate {
     cost: ScheduleOptions['cost'],
     now: number,
   ): readonly (readonly [string, number])[] {
+    // After a long idle spell the provider's windows have passed: a new round (see roundRate).
+    if (p.seq > 0 && now - p.lastStartAt > ROUND_IDLE_MS) this.newRound(p, now);
+    p.lastStartAt = now;
     p.seq++;
     if (p.seq === 1) p.firstStartAt = now;
     // The units are read once: a caller changing its cost object later changes nothing here.
@@ -1678,6 +1693,7 @@ export class Gate {
       clock.clearTimeout(p.timer);
       p.timer = undefined;
     }
+    if (p.roundCut !== undefined && now >= p.roundCut.at) this.applyRoundCut(p, now);
     // A start recorded for GCRA limits at the time the timer was due (see MAX_LATE_CREDIT_MS).
     const creditFrom = fromTimer ? Math.min(now, Math.max(p.timerAt, now - MAX_LATE_CREDIT_MS)) : now;
     const gcores = this.globalCores;
@@ -2229,21 +2245,39 @@ export class Gate {
     // Retry-After alone, the rate the provider showed before it refused (a Retry-After says when,
     // not how fast: after the pause the whole queue would go again, into the same 429s).
     if (throttled && !informed && adapt.aimd !== false) {
-      const next =
-        observation.retryAfterMs === undefined
-          ? aimdOnThrottle(p.aimd, this.recentRate(p, now), call.seq, p.seq, now, adapt.aimd)
-          : aimdOnRetryAfter(
-              p.aimd,
-              this.roundRate(p, call.seq, now + Math.min(observation.retryAfterMs, adapt.maxRetryAfterMs)),
-              call.seq,
-              p.seq,
-              now,
-              adapt.aimd,
-            );
-      if (next !== undefined && next !== p.aimd) {
-        this.setAimd(p, next, now);
-        changed = true;
+      if (observation.retryAfterMs === undefined) {
+        const next = aimdOnThrottle(p.aimd, this.recentRate(p, now), call.seq, p.seq, now, adapt.aimd);
+        if (next !== undefined && next !== p.aimd) {
+          this.setAimd(p, next, now);
+          changed = true;
+        }
+      } else {
+        const pauseUntil = now + Math.min(observation.retryAfterMs, adapt.maxRetryAfterMs);
+        const rate = this.roundRate(p, call.seq, pauseUntil);
+        const next = aimdOnRetryAfter(p.aimd, rate, call.seq, p.seq, now, adapt.aimd);
+        // Kept for the pause's end (nothing starts before it); the lowest of a round's refusals.
+        const cut = p.roundCut;
+        if (
+          next !== undefined &&
+          next !== p.aimd &&
+          (cut === undefined || next.ratePerSec < cut.state.ratePerSec)
+        )
+          p.roundCut = {
+            state: next,
+            from: p.aimd,
+            refusedSeq: Math.min(call.seq, cut?.refusedSeq ?? call.seq),
+            endSeq: p.seq,
+            at: pauseUntil,
+          };
       }
+    } else if (
+      !throttled &&
+      p.roundCut !== undefined &&
+      call.seq > p.roundCut.refusedSeq &&
+      call.seq <= p.roundCut.endSeq
+    ) {
+      // A call started after the refused one, in the same run, was accepted: not the limit.
+      p.roundCut = undefined;
     }
     if (changed && p.queue !== undefined) this.replanAndDrain(p, now);
   }
@@ -2264,13 +2298,29 @@ export class Gate {
       rate = roundRatePerSec(callSeq - round.seq - 1, round.at, pauseUntil);
       break;
     }
+    this.newRound(p, pauseUntil);
+    return rate;
+  }
+
+  /** A new round begins at `at` with the calls started from now on (numbered above `p.seq`). */
+  private newRound(p: Partition, at: number): void {
+    p.rounds ??= [{ seq: 0, at: p.firstStartAt }];
+    const rounds = p.rounds;
     const last = rounds[rounds.length - 1]!;
-    if (last.seq === p.seq) last.at = Math.max(last.at, pauseUntil);
+    if (last.seq === p.seq) last.at = Math.max(last.at, at);
     else {
-      rounds.push({ seq: p.seq, at: pauseUntil });
+      rounds.push({ seq: p.seq, at });
       if (rounds.length > 2) rounds.shift();
     }
-    return rate;
+  }
+
+  /** The pause of a Retry-After round has ended: its rate takes effect (see `Partition.roundCut`). */
+  private applyRoundCut(p: Partition, now: number): void {
+    const cut = p.roundCut!;
+    p.roundCut = undefined;
+    // Another decrease since (a 429 without a Retry-After) keeps the lower of the two.
+    if (p.aimd !== cut.from && p.aimd !== undefined && p.aimd.ratePerSec <= cut.state.ratePerSec) return;
+    this.setAimd(p, { ...cut.state, changedAt: now }, now);
   }
 
   /** Calls per second this partition started recently: AIMD's starting point. */

@@ -671,6 +671,37 @@ describe('gate adaptation: AIMD and costs', () => {
     await gate.close();
   });
 
+  // Found by a review of that fix: the round was measured from the partition's first call ever, so
+  // one refusal after an hour idle set the rate to 0.1/s; and a refusal the provider did not mean
+  // as its limit (it accepted the calls sent after it) cut the rate all the same.
+  it('a Retry-After after an idle spell, or one the provider did not mean as its limit, leaves the pace alone', async () => {
+    const clock = new ManualClock(T0);
+    const gate = createGate({ clock });
+    // Accepts everything but request #11 (the second of the second batch), refused for 1 s.
+    const api = provider(clock, (n) =>
+      n === 11 ? { status: 429, headers: { 'retry-after': '1' } } : { status: 200, headers: {} },
+    );
+    const run = async (count: number) => {
+      const calls = Array.from({ length: count }, () => api.call('api'));
+      const done = calls.map((c) => gate.schedule(c.fn, { key: 'api', inspect: c.inspect }));
+      for (let s = 0; s < 40; s++) {
+        await flush();
+        clock.advance(250);
+      }
+      return Promise.all(done);
+    };
+    await run(10);
+    clock.advance(3_600_000);
+    await run(20);
+    const before = api.sent.length;
+    const t1 = clock.now();
+    await run(20);
+    // The next batch goes at once: nothing limits the pace.
+    expect(api.sent.slice(before).every((s) => s.at - t1 <= 250)).toBe(true);
+    expect(gate.stats('api').partition.adaptive.find((l) => l.algorithm === 'leaky-bucket')).toBeUndefined();
+    await gate.close();
+  });
+
   it('refunds tokens a call did not use, so the next call starts sooner', async () => {
     const clock = new ManualClock(T0);
     const gate = createGate({
