@@ -2288,8 +2288,8 @@ export class Gate {
    * then the next round starts after the pause, with the calls started from now on.
    */
   private roundRate(p: Partition, callSeq: number, pauseUntil: number): number | undefined {
-    p.rounds ??= [{ seq: 0, at: p.firstStartAt }];
-    const rounds = p.rounds;
+    // No round yet: the first one began with the partition's first call (newRound stores it).
+    const rounds = p.rounds ?? [{ seq: 0, at: p.firstStartAt }];
     let rate: number | undefined;
     for (let i = rounds.length - 1; i >= 0; i--) {
       const round = rounds[i]!;

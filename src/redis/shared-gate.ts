@@ -1709,11 +1709,15 @@ export class SharedGate {
         // may start, and close() waits for the retry (see the in-memory gate's `completed`).
         const reservation = call.reservation;
         const untimed = call.hasUntimed;
-        this.released(call, false);
-        this.completed(call, value, () => this.letGo(reservation, untimed));
+        this.released(call);
+        this.completed(call, value, () => {
+          this.letGo(reservation, untimed);
+          this.maybeClosed();
+        });
       },
       (error: unknown) => {
-        this.released(call, true);
+        this.released(call);
+        this.letGo(call.reservation, call.hasUntimed);
         if (call.info.prober === call) this.endProbe(call.info, true);
         // The request may have reached the provider: charge the estimate (never under-count).
         this.settleBudget(call, call.priceMicros);
@@ -1723,12 +1727,11 @@ export class SharedGate {
   }
 
   /**
-   * The call finished: give back its concurrency permits, and count it in its window limits from
-   * now, its response, instead of from its start (as the in-memory gate does: a window counted from
+   * The call finished: it leaves the calls running on store slots, and is counted in its window
+   * limits from now, its response, instead of from its start (its permits go back in `letGo`) (as the in-memory gate does: a window counted from
    * the response never ends before the provider's, however late the request arrived there).
    */
-  private released(call: SharedCall, letGo: boolean): void {
-    if (letGo) this.inFlight--;
+  private released(call: SharedCall): void {
     if (call.runningIndex !== -1) {
       const last = this.runningViaStore.pop()!;
       if (last !== call) {
@@ -1740,7 +1743,6 @@ export class SharedGate {
     call.onReleased?.();
     const reservation = call.reservation;
     if (reservation === undefined) return;
-    if (letGo && call.hasUntimed) this.refundUntimed(reservation);
     if (this.recounted(call, reservation)) {
       quietly(
         () => this.store.recount(reservation, this.o.arrivalMarginMs, call.startedStoreAt),
@@ -1782,13 +1784,12 @@ export class SharedGate {
   }
 
   /**
-   * The rest of `released` for a call whose response was read: out of inFlight, and its concurrency
-   * permits given back (from the reservation it ran on: a retry reserves anew).
+   * The rest of `released`, once the call's response was read (or it failed): out of inFlight, and
+   * its concurrency permits given back (from the reservation it ran on: a retry reserves anew).
    */
   private letGo(reservation: StoreReservation | undefined, untimed: boolean): void {
     this.inFlight--;
     if (reservation !== undefined && untimed) this.refundUntimed(reservation);
-    this.maybeClosed();
   }
 
   private afterInspection(call: SharedCall, value: unknown, inspection: Inspection | undefined): void {
