@@ -84,9 +84,19 @@ describe.skipIf(skip !== false)(
         expect(waiting).toHaveLength(1);
         const state = waiting[0]!.slice(0, -2);
         expect(keys).toContain(state);
-        const [waitingTtl, stateTtl] = [await admin!.pttl(waiting[0]!), await admin!.pttl(state)];
-        expect(waitingTtl).toBeGreaterThan(0);
-        expect(waitingTtl).toBeLessThanOrEqual(stateTtl + 1);
+        // Expiry times, not TTLs: two PTTL reads a few ms apart compare two moments (a CI run saw
+        // 299 against 298). Each script sets ceil(idleAt - now) + 1 ms from its own reading of the
+        // server clock, so the two instants may differ by the rounding: at most 2 ms.
+        const [waitingExpiresAt, stateExpiresAt] = (await admin!
+          .multi()
+          .call('PEXPIRETIME', waiting[0]!)
+          .call('PEXPIRETIME', state)
+          .exec())!.map(([error, at]) => {
+          if (error) throw error;
+          return Number(at);
+        }) as [number, number];
+        expect(waitingExpiresAt).toBeGreaterThan(0);
+        expect(waitingExpiresAt).toBeLessThanOrEqual(stateExpiresAt + 2);
         // c is the latest: it goes, then b; a still stands.
         await store.refund(c);
         expect(await admin!.exists(waiting[0]!)).toBe(0);
