@@ -512,6 +512,13 @@ export class Gate {
   /** Per-key partitions; a key whose only state is one GCRA number is stored as that number. */
   private readonly partitions = new Map<string, Partition | number>();
   private readonly defaultPartition: Partition;
+  /**
+   * Where a call of a key stored as one GCRA number (`compact`) starts: such a key has no partition,
+   * and nothing of its calls is counted per partition (no server quota, no window to recount, no
+   * per-key permit), so this one's state is never read. Not the default partition, whose server
+   * quota and rounds describe the unkeyed calls only.
+   */
+  private readonly compactPartition = new Partition(undefined, []);
   private compact: boolean;
   private observe: boolean;
   /** Window limits count calls from their response (arrivalMarginMs > 0 and a window limit is set). */
@@ -668,7 +675,7 @@ export class Gate {
           // Sweep before inserting, so the sweep never examines (and drops) the entry being added.
           if (entry === undefined) this.sweep(now);
           this.partitions.set(key, kcost === 0 ? state : core.take(state, kcost, now));
-          return this.invoke(fn, this.defaultPartition, gcosts, kcosts, cost, now) as Promise<Awaited<T>>;
+          return this.invoke(fn, this.compactPartition, gcosts, kcosts, cost, now) as Promise<Awaited<T>>;
         }
         const partition = new Partition(key, [state]);
         if (entry === undefined) this.sweep(now);

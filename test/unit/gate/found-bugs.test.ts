@@ -94,8 +94,9 @@ describe('found bugs: releases after setLimits', () => {
   // with (`gcosts`/`kcosts`), and `release` refunds them by position against whatever cores are in
   // force when it finishes. After setLimits moved or replaced a concurrency limit, the release of an
   // old call frees a permit it never took from the new limit (under-count → over-admission).
-  // Similarly `schedule`'s compact fast path invokes key calls with `this.defaultPartition`, so their
-  // release lands in the default partition's per-key states.
+  // Similarly `schedule`'s compact fast path invoked key calls with `this.defaultPartition`, so their
+  // release landed in the default partition's per-key states (they now start on `compactPartition`,
+  // whose state nothing reads; see test/unit/gate/compact-key-path.test.ts).
 
   it('a call started before setLimits keeps its permit in the concurrency limit that carries its count', async () => {
     const clock = new ManualClock(0);
