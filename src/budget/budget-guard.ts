@@ -22,10 +22,19 @@ import {
   budgetNameOf,
   crossedThresholds,
   normalizeBudgets,
+  thresholdDue,
 } from './budget.js';
 import { BudgetExceededError, type BudgetRefusal } from './errors.js';
 import { FileLedger, type FileLedgerOptions } from './file-ledger.js';
-import type { Ledger, LedgerEntry, LedgerReserveResult, LedgerTotals, LedgerWindow } from './ledger.js';
+import type {
+  Ledger,
+  LedgerEntry,
+  LedgerReserveResult,
+  LedgerTotals,
+  LedgerWindow,
+  ThresholdClaim,
+  ThresholdClaimResult,
+} from './ledger.js';
 import { MemoryLedger } from './memory-ledger.js';
 import { checkMicros } from './money.js';
 import { describePeriod, type PeriodWindow, periodWindow } from './period.js';
@@ -67,7 +76,11 @@ export interface BudgetGuardOptions {
    * @default 'refuse'
    */
   onExceeded?: 'refuse' | 'wait';
-  /** Called when committed spend crosses a threshold (each once per period per budget and key). */
+  /**
+   * Called when committed spend crosses a threshold: each once per period per budget and key, across
+   * the processes sharing a file ledger (the one whose spend crossed it fires; a restarted one does
+   * not fire it again). With another ledger, each guard remembers what it fired itself.
+   */
   onThreshold?: (event: ThresholdEvent) => void;
   /**
    * A reservation not settled or released this long after it was made is reported as spent at its
@@ -499,14 +512,22 @@ export class BudgetGuard {
       if (crossed.length === 0) continue;
       const rolling = budget.period.kind === 'rolling';
       const window = this.windows.at(i, rolling ? now : datedAt);
+      const rollingMs = budget.period.kind === 'rolling' ? budget.period.rollingMs : undefined;
       const state = this.firedState(t.budgetId, rolling ? 0 : window.startMs, now);
       for (const index of crossed) {
-        const last = state.firedAt[index];
-        // Once per period; a rolling window has no period, so once per window length.
-        if (
-          last !== undefined &&
-          !(rolling && budget.period.kind === 'rolling' && now - last >= budget.period.rollingMs)
-        ) {
+        // Once per period; a rolling window has no period, so once per window length. What this
+        // guard fired (or learned another had) is not asked of the ledger again.
+        if (!thresholdDue(state.firedAt[index], rollingMs, now)) continue;
+        const claim = {
+          budgetId: t.budgetId,
+          windowStart: window.startMs,
+          windowEnd: window.endMs,
+          rollingMs,
+          threshold: budget.thresholds[index]!,
+        };
+        const { claimed, firedAt } = this.claim(claim, now);
+        if (!claimed) {
+          if (firedAt !== undefined) state.firedAt[index] = firedAt;
           continue;
         }
         state.firedAt[index] = now;
@@ -523,6 +544,21 @@ export class BudgetGuard {
           at: now,
         });
       }
+    }
+  }
+
+  /**
+   * Whether this guard fires the threshold, from the ledger's record (see `Ledger.claimThreshold`):
+   * not when another guard on the ledger fired it (or this one before a restart). A ledger without
+   * claims, or one that fails to record this one, leaves it to this guard's memory: better an event
+   * twice than none, and the call reserved or settled already must not fail for it.
+   */
+  private claim(claim: ThresholdClaim, now: number): ThresholdClaimResult {
+    if (this.ledger.claimThreshold === undefined) return { claimed: true, firedAt: now };
+    try {
+      return this.ledger.claimThreshold(claim, now);
+    } catch {
+      return { claimed: true, firedAt: now };
     }
   }
 

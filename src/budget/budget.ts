@@ -239,6 +239,8 @@ export interface Account {
   readonly holds: Map<string, Hold>;
   /** Rolling only: settled spend by time, ascending. */
   readonly log: LogEntry[];
+  /** Thresholds fired in the window (the fraction -> when), see `thresholdDue`. */
+  readonly fired: Map<number, number>;
 }
 
 export function newAccount(
@@ -258,6 +260,7 @@ export function newAccount(
     reservedMicros: 0,
     holds: new Map(),
     log: [],
+    fired: new Map(),
   };
 }
 
@@ -476,4 +479,16 @@ export function crossedThresholds(
     if (beforeMicros < t && afterMicros >= t) crossed.push(i);
   }
   return crossed;
+}
+
+/**
+ * True when a threshold last fired at `lastFiredAt` (undefined: never) may fire at `now`: once per
+ * calendar window; a rolling window has no period, so once per window length.
+ */
+export function thresholdDue(
+  lastFiredAt: number | undefined,
+  rollingMs: number | undefined,
+  now: number,
+): boolean {
+  return lastFiredAt === undefined || (rollingMs !== undefined && now - lastFiredAt >= rollingMs);
 }

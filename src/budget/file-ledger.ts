@@ -22,7 +22,14 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { InvalidOptionError, StoreUnavailableError, TollgateError } from '../errors.js';
 import { requireOptional } from '../optional-dependency.js';
 import { integer, invalid, oneOf, plainObject } from '../validate.js';
-import { fits, type LogEntry, rollingResetAt, rollingRetryAt, rollingSettleDate } from './budget.js';
+import {
+  fits,
+  type LogEntry,
+  rollingResetAt,
+  rollingRetryAt,
+  rollingSettleDate,
+  thresholdDue,
+} from './budget.js';
 import { LedgerCorruptError } from './errors.js';
 import type {
   Ledger,
@@ -31,8 +38,16 @@ import type {
   LedgerSettleResult,
   LedgerTotals,
   LedgerWindow,
+  ThresholdClaim,
+  ThresholdClaimResult,
 } from './ledger.js';
-import { checkLedgerEntries, checkLedgerNow, ROLLING_WINDOW_START, windowKey } from './ledger.js';
+import {
+  checkLedgerEntries,
+  checkLedgerNow,
+  checkThresholdClaim,
+  ROLLING_WINDOW_START,
+  windowKey,
+} from './ledger.js';
 import { addMicros, checkMicros } from './money.js';
 
 /** Schema version written to `PRAGMA user_version`. Bump with a migration when the schema changes. */
@@ -86,6 +101,13 @@ function loadSqlite(): DatabaseConstructor {
   }
 }
 
+/**
+ * Thresholds fired in the window, as JSON (`{"0.8": <ms it fired at>}`), read and written only by
+ * `claimThreshold`. Added to schema 1 in place (`addFiredColumn`), without a new version: a file
+ * that has it still opens in an older tollgate, which ignores it (and drops it with its window).
+ */
+const FIRED_COLUMN = 'fired TEXT';
+
 const SCHEMA = `
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 -- One row per budget window. Calendar: [window_start, window_end). Rolling: window_start is
@@ -98,6 +120,7 @@ CREATE TABLE windows (
   limit_micros INTEGER NOT NULL,
   spent_micros INTEGER NOT NULL,
   reserved_micros INTEGER NOT NULL,
+  ${FIRED_COLUMN},
   PRIMARY KEY (budget_id, window_start, window_end)
 ) WITHOUT ROWID;
 -- Reservations in flight, one row per budget held. reserved_micros above is their sum.
@@ -153,6 +176,8 @@ export class FileLedger implements Ledger {
 
   private readonly s: {
     getWindow: Stmt<[string, number, number], { s: number; r: number; l: number }>;
+    getFired: Stmt<[string, number, number], { fired: string | null; rolling_ms: number | null }>;
+    setFired: Stmt<[string, string, number, number]>;
     setLimit: Stmt<[number, string, number, number]>;
     insertWindow: Stmt<[string, number, number, number | null, number]>;
     dropOtherWindows: Stmt<[{ id: string; start: number; end: number; rolling: number }]>;
@@ -217,6 +242,12 @@ export class FileLedger implements Ledger {
     this.s = {
       getWindow: db.prepare(
         'SELECT spent_micros AS s, reserved_micros AS r, limit_micros AS l FROM windows WHERE budget_id = ? AND window_start = ? AND window_end = ?',
+      ),
+      getFired: db.prepare(
+        'SELECT fired, rolling_ms FROM windows WHERE budget_id = ? AND window_start = ? AND window_end = ?',
+      ),
+      setFired: db.prepare(
+        'UPDATE windows SET fired = ? WHERE budget_id = ? AND window_start = ? AND window_end = ?',
       ),
       setLimit: db.prepare(
         'UPDATE windows SET limit_micros = ? WHERE budget_id = ? AND window_start = ? AND window_end = ?',
@@ -306,6 +337,12 @@ export class FileLedger implements Ledger {
   snapshot(now: number): LedgerWindow[] {
     checkLedgerNow(now);
     return this.run(() => this.snapshotTx.immediate(now));
+  }
+
+  claimThreshold(claim: ThresholdClaim, now: number): ThresholdClaimResult {
+    checkLedgerNow(now);
+    checkThresholdClaim(claim);
+    return this.run(() => this.claimTx.immediate(claim, now));
   }
 
   reset(budgetId?: string): void {
@@ -447,6 +484,20 @@ export class FileLedger implements Ledger {
       return { found: totals.length > 0, totals };
     },
   );
+
+  // Read and written under the write lock: of the processes claiming one threshold, one records it.
+  private readonly claimTx = this.lazyTx((claim: ThresholdClaim, now: number): ThresholdClaimResult => {
+    const { start, end } = windowKey(claim);
+    const row = this.s.getFired.get(claim.budgetId, start, end);
+    if (row === undefined) return { claimed: false, firedAt: undefined };
+    const fired = firedOf(row.fired);
+    const key = String(claim.threshold);
+    const last = fired[key];
+    if (!thresholdDue(last, row.rolling_ms ?? undefined, now)) return { claimed: false, firedAt: last };
+    fired[key] = now;
+    this.s.setFired.run(JSON.stringify(fired), claim.budgetId, start, end);
+    return { claimed: true, firedAt: now };
+  });
 
   private readonly snapshotTx = this.lazyTx((now: number): LedgerWindow[] => {
     const rows = this.s.current.all({ now });
@@ -635,9 +686,34 @@ function checkExisting(db: BetterSqlite3.Database, path: string): void {
   }
 }
 
+/** The thresholds of a window's `fired` column; a value this version did not write counts as none. */
+function firedOf(text: string | null): Record<string, number | undefined> {
+  if (text === null) return {};
+  try {
+    const value = JSON.parse(text) as unknown;
+    if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
+      const fired: Record<string, number | undefined> = {};
+      for (const [key, at] of Object.entries(value)) if (typeof at === 'number') fired[key] = at;
+      return fired;
+    }
+  } catch {
+    // Not JSON: nothing recorded (a threshold fires again rather than never).
+  }
+  return {};
+}
+
+/** A schema-1 file written before thresholds were recorded gets the `fired` column (see FIRED_COLUMN). */
+function addFiredColumn(db: BetterSqlite3.Database): void {
+  const columns = db.prepare('SELECT name FROM pragma_table_info(?)').all('windows') as { name: string }[];
+  if (!columns.some((c) => c.name === 'fired')) db.exec(`ALTER TABLE windows ADD COLUMN ${FIRED_COLUMN}`);
+}
+
 function initSchema(db: BetterSqlite3.Database, path: string): void {
   const version = db.pragma('user_version', { simple: true }) as number;
-  if (version === LEDGER_SCHEMA_VERSION) return;
+  if (version === LEDGER_SCHEMA_VERSION) {
+    addFiredColumn(db);
+    return;
+  }
   if (version !== 0) throw new LedgerCorruptError(path, `unexpected schema version ${version}`);
   const tables = db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE type = 'table'").get() as {
     n: number;

@@ -94,6 +94,25 @@ export interface LedgerWindow {
   readonly resetAt: number;
 }
 
+/** A threshold of one budget window, as `Ledger.claimThreshold` records it. */
+export interface ThresholdClaim {
+  /** The budget (or `name[key]`). */
+  readonly budgetId: string;
+  /** The window, as in the `LedgerEntry` of a call reserved in it. */
+  readonly windowStart: number;
+  readonly windowEnd: number;
+  readonly rollingMs?: number | undefined;
+  /** The fraction of the limit crossed, e.g. `0.8`. */
+  readonly threshold: number;
+}
+
+export interface ThresholdClaimResult {
+  /** True when this claim recorded the threshold: its caller fires the event, nobody else does. */
+  readonly claimed: boolean;
+  /** When it fired (`now` when claimed); undefined when the window is not in the ledger. */
+  readonly firedAt: number | undefined;
+}
+
 export interface Ledger {
   /**
    * Reserve `estimateMicros` on every entry's budget, all or nothing, atomically (also across
@@ -101,6 +120,15 @@ export interface Ledger {
    * each. When this returns `ok: true` the reservation is durable.
    */
   reserve(entries: readonly LedgerEntry[], now: number): LedgerReserveResult;
+  /**
+   * Optional. Record that committed spend crossed `claim.threshold` of the window at `now`, unless
+   * that was recorded already (rolling: less than `rollingMs` ago), atomically across the processes
+   * sharing the ledger, so that of the guards whose spend crosses it one fires the event, once per
+   * period (a restarted one too). Claims live and go with their window (`reset` forgets them). A
+   * window not in the ledger (reset, or dropped) claims nothing. Without this method, each guard
+   * remembers what it fired itself.
+   */
+  claimThreshold?(claim: ThresholdClaim, now: number): ThresholdClaimResult;
   /** Replace the reservation's estimate by the actual cost on each budget it held. */
   settle(reservationId: string, actualMicros: number, now: number): LedgerSettleResult;
   /** Give the reservation back unspent (the request was not sent). */
@@ -148,6 +176,25 @@ export function checkLedgerEntries(entries: readonly LedgerEntry[]): void {
     checkMicros(entry.limitMicros, `${at}.limitMicros`);
     checkMicros(entry.estimateMicros, `${at}.estimateMicros`);
   }
+}
+
+/** See `checkLedgerNow`: a threshold claim. */
+export function checkThresholdClaim(claim: ThresholdClaim): void {
+  if (typeof claim?.budgetId !== 'string' || claim.budgetId === '')
+    throw invalid('claim.budgetId', 'a non-empty string', claim?.budgetId);
+  for (const field of ['windowStart', 'windowEnd'] as const) {
+    if (typeof claim[field] !== 'number' || !Number.isFinite(claim[field]))
+      throw invalid(`claim.${field}`, 'a finite number of ms', claim[field]);
+  }
+  const rollingMs = claim.rollingMs;
+  if (
+    rollingMs !== undefined &&
+    !(typeof rollingMs === 'number' && Number.isSafeInteger(rollingMs) && rollingMs > 0)
+  )
+    throw invalid('claim.rollingMs', 'an integer number of ms > 0, or undefined', rollingMs);
+  const threshold = claim.threshold;
+  if (typeof threshold !== 'number' || !(threshold > 0 && threshold <= 1))
+    throw invalid('claim.threshold', 'a fraction in (0, 1]', threshold);
 }
 
 /**

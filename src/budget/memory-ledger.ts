@@ -14,10 +14,12 @@ import {
   rollingResetAt,
   rollingRetryAt,
   settleHold,
+  thresholdDue,
 } from './budget.js';
 import {
   checkLedgerEntries,
   checkLedgerNow,
+  checkThresholdClaim,
   type Ledger,
   type LedgerEntry,
   type LedgerReserveResult,
@@ -25,6 +27,8 @@ import {
   type LedgerTotals,
   type LedgerWindow,
   matchesBudget,
+  type ThresholdClaim,
+  type ThresholdClaimResult,
   windowKey,
 } from './ledger.js';
 import { checkMicros } from './money.js';
@@ -95,6 +99,21 @@ export class MemoryLedger implements Ledger {
       if (releaseHold(account, reservationId, now)) totals.push(totalsOf(account));
     }
     return { found: totals.length > 0, totals };
+  }
+
+  claimThreshold(claim: ThresholdClaim, now: number): ThresholdClaimResult {
+    this.checkOpen();
+    checkLedgerNow(now);
+    checkThresholdClaim(claim);
+    const { start, end } = windowKey(claim);
+    const account = this.accounts
+      .get(claim.budgetId)
+      ?.find((a) => a.windowStart === start && a.windowEnd === end);
+    if (account === undefined) return { claimed: false, firedAt: undefined };
+    const last = account.fired.get(claim.threshold);
+    if (!thresholdDue(last, account.rollingMs, now)) return { claimed: false, firedAt: last };
+    account.fired.set(claim.threshold, now);
+    return { claimed: true, firedAt: now };
   }
 
   snapshot(now: number): LedgerWindow[] {

@@ -28,6 +28,10 @@ interface Config {
   startAt?: number;
   /** The simulated paid API: each admitted call is really sent there (it charges the estimate). */
   url?: string;
+  /** The budget's thresholds; the ones this process fired are in its summary (`fired`). */
+  thresholds?: number[];
+  /** Settle each call at this fraction of its estimate (rounded down), so committed spend dips. @default 1 */
+  settleFraction?: number;
 }
 
 const config = JSON.parse(process.argv[2] ?? '{}') as Config;
@@ -42,8 +46,15 @@ function random(): number {
   return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
 }
 
+const fired: number[] = [];
 const guard = createBudgetGuard({
-  budgets: { name: 'shared', limit: config.limit, period: 'day' },
+  budgets: {
+    name: 'shared',
+    limit: config.limit,
+    period: 'day',
+    ...(config.thresholds === undefined ? {} : { thresholds: config.thresholds }),
+  },
+  onThreshold: (event) => fired.push(event.threshold),
   ledger: { path: config.ledgerPath },
   clock: { now: () => config.t0 + performance.now() },
   reservationTtlMs: 60_000,
@@ -75,8 +86,9 @@ async function loop(): Promise<void> {
       await response.arrayBuffer();
     }
     await new Promise((r) => setTimeout(r, Math.floor(random() * (config.maxDelayMs + 1))));
-    guard.settle(reservation, estimateMicros);
-    appendFileSync(config.sideFile, `settled ${reservation.id} ${estimateMicros}\n`);
+    const actualMicros = Math.floor(estimateMicros * (config.settleFraction ?? 1));
+    guard.settle(reservation, actualMicros);
+    appendFileSync(config.sideFile, `settled ${reservation.id} ${actualMicros}\n`);
   }
 }
 
@@ -84,4 +96,4 @@ if (config.startAt !== undefined)
   await new Promise((r) => setTimeout(r, Math.max(0, config.startAt! - Date.now())));
 await Promise.all(Array.from({ length: config.concurrency }, loop));
 guard.close();
-process.stdout.write(`${JSON.stringify({ pid: process.pid, sent, sentMicros, refused })}\n`);
+process.stdout.write(`${JSON.stringify({ pid: process.pid, sent, sentMicros, refused, fired })}\n`);

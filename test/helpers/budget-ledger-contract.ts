@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Ledger, LedgerEntry } from '../../src/budget/ledger.js';
+import type { Ledger, LedgerEntry, ThresholdClaim } from '../../src/budget/ledger.js';
+import { InvalidOptionError } from '../../src/errors.js';
 import type { AsyncLedger } from '../../src/redis/async-ledger.js';
 
 /**
@@ -565,5 +566,85 @@ function cases(makeLedger: () => AnyLedger, mode: 'sync' | 'async'): void {
     await ledger.close();
     if (mode === 'sync') expect(() => ledger.reserve([day()], 1)).toThrow(/closed/);
     else await expect(ledger.reserve([day()], 1)).rejects.toThrow(/closed/);
+  });
+
+  // Threshold claims (`Ledger.claimThreshold`): the synchronous ledgers record them; the asynchronous
+  // ones have none (AsyncBudgetGuard emits no threshold events).
+  describe.skipIf(mode === 'async')('threshold claims', () => {
+    const claimer = () => make() as Ledger & Required<Pick<Ledger, 'claimThreshold'>>;
+    const claimOf = (over: Partial<ThresholdClaim> = {}): ThresholdClaim => ({
+      budgetId: 'day',
+      windowStart: 0,
+      windowEnd: DAY,
+      threshold: 0.5,
+      ...over,
+    });
+
+    it('a threshold is claimed once per calendar window; another threshold, or the next window, has its own', async () => {
+      const ledger = claimer();
+      await reserveOk(ledger, [day()], 10);
+      expect(ledger.claimThreshold(claimOf(), 20)).toEqual({ claimed: true, firedAt: 20 });
+      expect(ledger.claimThreshold(claimOf(), 30)).toEqual({ claimed: false, firedAt: 20 });
+      expect(ledger.claimThreshold(claimOf({ threshold: 0.8 }), 40)).toEqual({ claimed: true, firedAt: 40 });
+      await reserveOk(ledger, [day({ windowStart: DAY, windowEnd: 2 * DAY })], DAY + 10);
+      const next = claimOf({ windowStart: DAY, windowEnd: 2 * DAY });
+      expect(ledger.claimThreshold(next, DAY + 20)).toEqual({ claimed: true, firedAt: DAY + 20 });
+      // The previous window keeps its claims (a late settle may cross its thresholds).
+      expect(ledger.claimThreshold(claimOf(), DAY + 30)).toEqual({ claimed: false, firedAt: 20 });
+      expect(ledger.claimThreshold(claimOf({ threshold: 1 }), DAY + 40)).toEqual({
+        claimed: true,
+        firedAt: DAY + 40,
+      });
+    });
+
+    it('rolling: a threshold is claimed again a window length after it was, not before', async () => {
+      const ledger = claimer();
+      const t = 1_000_000;
+      await reserveOk(ledger, [rolling(t)], t);
+      const claim = {
+        budgetId: 'roll',
+        windowStart: t - 60_000,
+        windowEnd: t,
+        rollingMs: 60_000,
+        threshold: 0.5,
+      };
+      expect(ledger.claimThreshold(claim, t)).toEqual({ claimed: true, firedAt: t });
+      // The window slides: the claim finds it whatever bounds the caller saw.
+      const later = { ...claim, windowStart: t, windowEnd: t + 60_000 };
+      expect(ledger.claimThreshold(later, t + 59_999)).toEqual({ claimed: false, firedAt: t });
+      expect(ledger.claimThreshold(later, t + 60_000)).toEqual({ claimed: true, firedAt: t + 60_000 });
+      expect(ledger.claimThreshold(later, t + 60_001)).toEqual({ claimed: false, firedAt: t + 60_000 });
+    });
+
+    it('a window not in the ledger claims nothing; claims go with their window and with reset', async () => {
+      const ledger = claimer();
+      expect(ledger.claimThreshold(claimOf(), 10)).toEqual({ claimed: false, firedAt: undefined });
+      await reserveOk(ledger, [day()], 10);
+      expect(ledger.claimThreshold(claimOf(), 11).claimed).toBe(true);
+      await ledger.reset('day');
+      expect(ledger.claimThreshold(claimOf(), 12)).toEqual({ claimed: false, firedAt: undefined });
+      await reserveOk(ledger, [day()], 13);
+      expect(ledger.claimThreshold(claimOf(), 14)).toEqual({ claimed: true, firedAt: 14 });
+      // Two windows later the first is dropped, its claims with it.
+      await reserveOk(ledger, [day({ windowStart: 2 * DAY, windowEnd: 3 * DAY })], 2 * DAY);
+      expect(ledger.claimThreshold(claimOf(), 2 * DAY + 1)).toEqual({ claimed: false, firedAt: undefined });
+    });
+
+    it('a bad claim is refused naming the field, and records nothing', async () => {
+      const ledger = claimer();
+      await reserveOk(ledger, [day()], 10);
+      for (const [over, field] of [
+        [{ budgetId: '' }, 'claim.budgetId'],
+        [{ windowEnd: Number.NaN }, 'claim.windowEnd'],
+        [{ rollingMs: 0.5 }, 'claim.rollingMs'],
+        [{ threshold: 0 }, 'claim.threshold'],
+        [{ threshold: 1.5 }, 'claim.threshold'],
+      ] as const) {
+        expect(() => ledger.claimThreshold(claimOf(over), 11)).toThrow(InvalidOptionError);
+        expect(() => ledger.claimThreshold(claimOf(over), 11)).toThrow(`\`${field}\``);
+      }
+      expect(() => ledger.claimThreshold(claimOf(), Number.NaN)).toThrow(/`now`/);
+      expect(ledger.claimThreshold(claimOf(), 12)).toEqual({ claimed: true, firedAt: 12 });
+    });
   });
 }

@@ -189,6 +189,44 @@ describe('budget with the file ledger', () => {
     );
   }, 15_000);
 
+  it('4 processes sharing one ledger file fire each threshold once between them', async () => {
+    const ledgerPath = join(dir, 'thresholds.sqlite');
+    const thresholds = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1];
+    const startAt = Date.now() + 3_000;
+    // Each call settles at half its estimate: committed spend rises at a reserve and falls back at
+    // the settle, so the processes cross each threshold many times between them.
+    const children = [0, 1, 2, 3].map((i) =>
+      run({
+        ledgerPath,
+        limit: 1,
+        concurrency: 4,
+        attempts: 60,
+        maxDelayMs: 3,
+        sideFile: join(dir, `side-thresholds-${i}.log`),
+        seed: 2000 + i,
+        t0: T0,
+        startAt,
+        thresholds,
+        settleFraction: 0.5,
+      }),
+    );
+    const outputs = await Promise.all(children.map((c) => c.done));
+    const fired = outputs.map((o) => (JSON.parse(o.trim()) as { fired: number[] }).fired);
+    const ledger = new FileLedger({ path: ledgerPath });
+    const [window] = ledger.snapshot(T0 + 1_000);
+    ledger.close();
+    const all = fired.flat().sort((a, b) => a - b);
+    // Every threshold the spend reached fired once, by one of the four; none fired twice.
+    const reached = thresholds.filter((t) => window!.spentMicros >= t * LIMIT);
+    expect(reached.length).toBeGreaterThanOrEqual(5);
+    expect(all.filter((t) => reached.includes(t))).toEqual(reached);
+    expect(new Set(all).size).toBe(all.length);
+    console.log(
+      `[budget] thresholds fired by the 4 processes: ${fired.map((f) => `[${f.join(',')}]`).join(' ')}, ` +
+        `spent $${(window!.spentMicros / 1e6).toFixed(6)}`,
+    );
+  }, 15_000);
+
   it('a process killed with SIGKILL mid-run leaves at least what it sent counted', async () => {
     const ledgerPath = join(dir, 'killed.sqlite');
     const sideFile = join(dir, 'side-killed.log');

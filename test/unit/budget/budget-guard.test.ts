@@ -292,6 +292,63 @@ describe('thresholds', () => {
     expect(events).toHaveLength(2);
   });
 
+  it('guards sharing a file ledger fire each threshold once per period between them, a restarted one too', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tollgate-thresholds-'));
+    try {
+      const clock = new ManualClock(T0);
+      const path = join(dir, 'ledger.sqlite');
+      const fired: string[] = [];
+      const guard = (name: string) =>
+        createBudgetGuard({
+          budgets: { name: 'day', limit: 10, period: 'day' },
+          ledger: { path },
+          clock,
+          onThreshold: (e) => fired.push(`${name} ${e.threshold} ${e.resetAt! - T0}`),
+        });
+      const a = guard('a');
+      const b = guard('b');
+      a.settle(a.reserve($(6)), $(2)); // 60%, then 20% once settled
+      const held = b.reserve($(4)); // 60% again: 50% fired in this period already
+      b.reserve($(3)); // 90%: b's spend crossed 80%
+      a.close();
+      const restarted = guard('a2');
+      b.release(held); // 50%
+      restarted.reserve($(4)); // 90% again
+      expect(fired).toEqual(['a 0.5 43200000', 'b 0.8 43200000']);
+      clock.advanceTo(Date.parse('2026-03-08T01:00:00Z'));
+      restarted.reserve($(6)); // a new day: its own 50%
+      expect(fired).toEqual(['a 0.5 43200000', 'b 0.8 43200000', 'a2 0.5 129600000']);
+      b.close();
+      restarted.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('rolling, guards sharing a ledger: a threshold fires once per window length between them', () => {
+    const clock = new ManualClock(T0);
+    const ledger = new MemoryLedger();
+    const fired: string[] = [];
+    const guard = (name: string) =>
+      createBudgetGuard({
+        budgets: { name: 'roll', limit: 10, period: { rollingMs: 60_000 }, thresholds: [0.5] },
+        ledger,
+        clock,
+        onThreshold: (e) => fired.push(`${name} ${e.at - T0}`),
+      });
+    const a = guard('a');
+    const b = guard('b');
+    a.release(a.reserve($(6))); // 60% at 0, then nothing
+    clock.advance(30_000);
+    b.release(b.reserve($(6))); // 60% again, 30 s later: fired within the window length
+    clock.advance(29_999);
+    b.release(b.reserve($(6))); // 59.999 s after a fired it
+    clock.advance(1);
+    b.release(b.reserve($(6))); // a window length after a fired it: b's turn
+    a.release(a.reserve($(6))); // and not a's at once
+    expect(fired).toEqual(['a 0', 'b 60000']);
+  });
+
   it('a throwing listener does not undo the reservation', async () => {
     const { guard } = guardWith({
       onThreshold: () => {

@@ -73,6 +73,43 @@ describe('FileLedger', () => {
     b.close();
   });
 
+  it('a threshold claimed through one handle is claimed for the other and after reopening', () => {
+    const path = fresh();
+    const a = new FileLedger({ path });
+    const b = new FileLedger({ path });
+    const claim = { budgetId: 'day', windowStart: 0, windowEnd: 86_400_000, threshold: 0.8 };
+    expect(a.reserve([entry()], 10).ok).toBe(true);
+    expect(b.claimThreshold(claim, 11)).toEqual({ claimed: true, firedAt: 11 });
+    expect(a.claimThreshold(claim, 12)).toEqual({ claimed: false, firedAt: 11 });
+    a.close();
+    b.close();
+    const c = new FileLedger({ path });
+    expect(c.claimThreshold(claim, 13)).toEqual({ claimed: false, firedAt: 11 });
+    c.close();
+  });
+
+  it('a ledger written before thresholds were recorded gets their column, keeps its spend and schema 1', () => {
+    const path = fresh();
+    const old = new FileLedger({ path });
+    const r = old.reserve([entry()], 10);
+    if (r.ok) old.settle(r.reservationId, 300_000, 11);
+    old.close();
+    // The windows table as schema 1 first had it.
+    const db = new Database(path);
+    db.exec('ALTER TABLE windows DROP COLUMN fired');
+    db.close();
+    const ledger = new FileLedger({ path });
+    expect(ledger.snapshot(12)).toMatchObject([{ budgetId: 'day', spentMicros: 300_000 }]);
+    const claim = { budgetId: 'day', windowStart: 0, windowEnd: 86_400_000, threshold: 0.5 };
+    expect(ledger.claimThreshold(claim, 13)).toEqual({ claimed: true, firedAt: 13 });
+    expect(ledger.claimThreshold(claim, 14)).toEqual({ claimed: false, firedAt: 13 });
+    ledger.close();
+    const check = new Database(path, { readonly: true });
+    expect(check.pragma('user_version', { simple: true })).toBe(LEDGER_SCHEMA_VERSION);
+    expect(LEDGER_SCHEMA_VERSION).toBe(1);
+    check.close();
+  });
+
   it('uses WAL with synchronous=NORMAL and a busy timeout', () => {
     const path = fresh();
     new FileLedger({ path, busyTimeoutMs: 1234 }).close();
