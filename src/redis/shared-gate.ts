@@ -8,6 +8,7 @@ import {
   isAtLeastAsTight,
   learnedPolicies,
   seedAgeMs,
+  type Verdict,
   verdictFor,
 } from '../core/adaptation.js';
 import { createLimit } from '../core/create-limit.js';
@@ -50,6 +51,7 @@ import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
 import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
 import { invalid, onlyKnownKeys, plainObject } from '../validate.js';
 import { levelCapacity } from './memory-store.js';
+import { RoundPace } from './round-pace.js';
 import {
   type FailurePolicy,
   type NormalizedSharedGateOptions,
@@ -133,6 +135,13 @@ const PROBE_RETRY_MS = 50;
  * that the key's pause ending then was capped at `maxRetryAfterMs` (see `KeyInfo.reprobeAt`).
  */
 const REPROBE_SCOPE = '\u0000reprobe';
+/**
+ * The scope of a key's pace mark (as `REPROBE_SCOPE`): the key's provider refused a call with a
+ * Retry-After alone, and the round it measured ends when the pause does (see `RoundPace`).
+ */
+const PACE_SCOPE = '\u0000pace';
+/** A key whose pace changed within this long is kept when keys are swept (as the in-memory gate keeps AIMD). */
+const PACE_KEEP_MS = 60_000;
 // The clock offset is re-estimated from a fresh sample when the best one is older than this (ms).
 const OFFSET_SAMPLE_MS = 5_000;
 // Learned limits are written again at most this often per key and window (the store keeps them alive).
@@ -194,6 +203,13 @@ interface KeyInfo {
   reprobing: boolean;
   /** The pause id of the key's reprobe mark (see `REPROBE_SCOPE`). */
   readonly markId: string;
+  /**
+   * The key's pace after Retry-After refusals that said nothing else (see `RoundPace`): only for a
+   * key with no configured limit (and AIMD on); unused while it has learned limits.
+   */
+  readonly pace: RoundPace | undefined;
+  /** The pause id of the key's pace mark (see `PACE_SCOPE`), with `pace`. */
+  readonly paceId: string | undefined;
   /**
    * Calls of this key holding a turn to ask the store (window calls, and calls that wait for their
    * key's own limit, `ownWaits`; see `mayAsk`), and how many may.
@@ -276,6 +292,10 @@ interface SharedCall extends HeapEntry {
   runningIndex: number;
   /** It asked the store again at its deadline (once: see `fire`). */
   askedAtDeadline: boolean;
+  /** Its number in its key's pace rounds when it started (0: not counted, see `RoundPace.started`). */
+  paceSeq: number;
+  /** The slot its key's pace booked for it (gate clock), while it waits for it. */
+  paceAt: number | undefined;
 }
 
 let seq = 0;
@@ -367,6 +387,8 @@ export class SharedGate {
   private readonly keyInfos = new Map<string, KeyInfo>();
   /** The keys known here by the pause id of their reprobe mark (see `KeyInfo.markId`). */
   private readonly marks = new Map<string, KeyInfo>();
+  /** The keys known here with a pace, by the pause id of their pace mark (see `KeyInfo.paceId`). */
+  private readonly paceMarks = new Map<string, KeyInfo>();
   private readonly defaultInfo: KeyInfo;
   private readonly heap = new TimerHeap<SharedCall>();
   /**
@@ -487,6 +509,7 @@ export class SharedGate {
     this.globalLevels = o.globalCores.map((core, i) => levelOf(`g${i}`, core));
     this.defaultInfo = this.makeInfo(undefined);
     this.marks.set(this.defaultInfo.markId, this.defaultInfo);
+    if (this.defaultInfo.paceId !== undefined) this.paceMarks.set(this.defaultInfo.paceId, this.defaultInfo);
     this.onStoreDown = this.storeDownEvents.on;
     this.onStoreUp = this.storeUpEvents.on;
     this.onStart = this.startEvents.on;
@@ -584,6 +607,8 @@ export class SharedGate {
         onReleased: undefined,
         runningIndex: -1,
         askedAtDeadline: false,
+        paceSeq: 0,
+        paceAt: undefined,
         resolve,
         reject,
         budget: undefined,
@@ -700,6 +725,8 @@ export class SharedGate {
     const pauseIds = [this.store.pauseId(partition, '')];
     if (scope !== '') pauseIds.push(this.store.pauseId(partition, scope));
     const levels = [...this.globalLevels, ...keyLevels];
+    const aimd = this.adapt === false ? false : this.adapt.aimd;
+    const pace = levels.length === 0 && aimd !== false ? new RoundPace(aimd) : undefined;
     return {
       key,
       partition,
@@ -726,6 +753,8 @@ export class SharedGate {
       reprobeAt: undefined,
       reprobing: false,
       markId: this.store.pauseId(partition, scope + REPROBE_SCOPE),
+      pace,
+      paceId: pace === undefined ? undefined : this.store.pauseId(partition, scope + PACE_SCOPE),
       asking: 0,
       width: 1,
       head: undefined,
@@ -747,6 +776,7 @@ export class SharedGate {
       info = this.makeInfo(key);
       this.keyInfos.set(key, info);
       this.marks.set(info.markId, info);
+      if (info.paceId !== undefined) this.paceMarks.set(info.paceId, info);
       // A reprobe mark heard before this gate knew the key (kept as a pause, see heardPause).
       const mark = this.localPauses.size === 0 ? undefined : this.localPauses.get(info.markId);
       if (mark !== undefined) {
@@ -769,13 +799,22 @@ export class SharedGate {
   /**
    * Drop keys with nothing waiting (their state lives in the store), but not one whose probe is out
    * (its next call would probe a second time, before the first one's answer) or due again after a
-   * capped wait (its next calls would all go).
+   * capped wait (its next calls would all go), or whose pace changed lately (the next burst would
+   * pay for it again).
    */
   private sweepInfos(): void {
+    const now = this.clock.now();
     for (const [key, info] of this.keyInfos) {
-      if (info.queued === 0 && info.probe !== 1 && info.reprobeAt === undefined) {
+      const aimd = info.pace?.aimd;
+      if (
+        info.queued === 0 &&
+        info.probe !== 1 &&
+        info.reprobeAt === undefined &&
+        (aimd === undefined || now - aimd.changedAt >= PACE_KEEP_MS)
+      ) {
         this.keyInfos.delete(key);
         this.marks.delete(info.markId);
+        if (info.paceId !== undefined) this.paceMarks.delete(info.paceId);
       }
     }
   }
@@ -861,6 +900,8 @@ export class SharedGate {
       this.waitForPause(call, pausedUntil);
       return;
     }
+    const pace = call.info.pace;
+    if (pace !== undefined && this.heldForPace(call, pace, now)) return;
     call.state = 'reserving';
     call.sentAt = now;
     call.reservedAhead = !whenDue;
@@ -1329,8 +1370,83 @@ export class SharedGate {
     }
   }
 
+  /**
+   * True when `call` waits for its key's pace (see `RoundPace`), before it asks the store: its slot,
+   * booked when it first asks, has not come. Each process paces its own calls at its share.
+   */
+  private heldForPace(call: SharedCall, pace: RoundPace, now: number): boolean {
+    const info = call.info;
+    if (info.learnedWindows) {
+      // Learned limits govern.
+      if (pace.aimd !== undefined) this.dropPace(info, pace, now);
+      return false;
+    }
+    if (pace.update(now)) {
+      // A round's rate in force: this call first, then those booked, one interval apart.
+      pace.restart(now);
+      call.paceAt = pace.book(now);
+      this.rebook(info, pace, now);
+    }
+    if (pace.aimd === undefined) {
+      call.paceAt = undefined;
+      return false;
+    }
+    call.paceAt ??= pace.book(now);
+    const at = call.paceAt;
+    if (at > now) {
+      if (at > call.deadline) {
+        pace.unbook(at);
+        call.paceAt = undefined;
+        this.refuse(call, deadlineError(call, at, call.attempt === 0));
+        return true;
+      }
+      this.passTurn(call, false);
+      call.state = 'retrying';
+      this.enqueueAt(call, at);
+      return true;
+    }
+    call.paceAt = undefined;
+    if (pace.went(now)) {
+      // Added to after a quiet second: the calls booked go sooner.
+      pace.restart(now);
+      this.rebook(info, pace, now);
+    }
+    return false;
+  }
+
+  /**
+   * Book again, in their order, the calls of `info` waiting for a slot of its pace (its rate
+   * changed; `pace.restart` was called). One the new slot puts past its deadline is refused.
+   */
+  private rebook(info: KeyInfo, pace: RoundPace, now: number): void {
+    const booked = this.heap
+      .entries()
+      .filter((c) => c.info === info && c.state === 'retrying' && c.paceAt !== undefined)
+      .sort((a, b) => a.paceAt! - b.paceAt! || a.seq - b.seq);
+    for (const call of booked) {
+      this.heap.remove(call);
+      const at = pace.book(now);
+      call.paceAt = at;
+      if (at > call.deadline) {
+        pace.unbook(at);
+        call.paceAt = undefined;
+        this.refuse(call, deadlineError(call, at, false));
+      } else this.enqueueAt(call, at);
+    }
+    this.arm();
+  }
+
+  /** The provider states a quota, or limits were learned: the pace is dropped, and its calls go. */
+  private dropPace(info: KeyInfo, pace: RoundPace, now: number): void {
+    pace.reset();
+    pace.restart(now);
+    this.rebook(info, pace, now);
+  }
+
   /** A call inside a pause asks the store again when it ends (or is refused if that is too late). */
   private waitForPause(call: SharedCall, until: number): void {
+    // A slot of its key's pace inside the pause is lost: it books one after.
+    call.paceAt = undefined;
     this.passTurn(call, false);
     if (until > call.deadline) {
       this.refuse(call, deadlineError(call, until, call.attempt === 0));
@@ -1425,6 +1541,8 @@ export class SharedGate {
   /** `call` waits for its key's probe's answer, at most until the probe's end or its deadline. */
   private waitForProbe(call: SharedCall): void {
     const info = call.info;
+    // A slot of its key's pace is given up: it books one after the answer.
+    call.paceAt = undefined;
     call.state = 'retrying';
     this.enqueueAt(call, Math.min(info.probeUntil, call.deadline));
     info.probeWaiters ??= [];
@@ -1781,6 +1899,8 @@ export class SharedGate {
 
   private start(call: SharedCall, now: number): void {
     call.state = 'running';
+    const pace = call.info.pace;
+    if (pace !== undefined) call.paceSeq = pace.started(now);
     call.startedStoreAt = Number.isNaN(this.offsetMs) ? call.storeStartAt : now + this.offsetMs;
     this.dequeued(call);
     if (this.startEvents.listeners)
@@ -1937,6 +2057,9 @@ export class SharedGate {
       this.o.random,
     );
     const reason = observation.retryAfterMs !== undefined ? 'retry-after' : 'backoff';
+    const pace = call.info.pace;
+    if (pace !== undefined && call.paceSeq > 0)
+      this.paceFrom(call, pace, observation, inspection.status, verdict, now);
     if (verdict.kind !== 'done') {
       // Every process holds back: the pause is written to the store before the retry is reserved,
       // and before the probe is given back (another gate's prober asks after it). A processed
@@ -1981,6 +2104,41 @@ export class SharedGate {
     this.queuedTotal++;
     if (call.onAbort !== undefined) call.signal!.addEventListener('abort', call.onAbort, { once: true });
     this.submit(call);
+  }
+
+  /**
+   * What a response says about its key's pace (see `RoundPace`): a refusal with a Retry-After and no
+   * request quota ends a round (the other processes hear it through the pace mark, written before
+   * the pause); an answer stating a quota drops the pace.
+   */
+  private paceFrom(
+    call: SharedCall,
+    pace: RoundPace,
+    observation: RateLimitObservation,
+    status: number,
+    verdict: Verdict,
+    now: number,
+  ): void {
+    const info = call.info;
+    const informed = observation.policies.some(
+      (policy) =>
+        policy.unit === 'requests' && (policy.remaining !== undefined || policy.limit !== undefined),
+    );
+    if (informed || info.learnedWindows) {
+      if (pace.aimd !== undefined) this.dropPace(info, pace, now);
+      return;
+    }
+    const throttled = status === 429 || status === 529 || observation.throttled === true;
+    if (!throttled) pace.accepted(call.paceSeq);
+    else if (observation.retryAfterMs !== undefined && verdict.kind !== 'done') {
+      if (pace.refused(call.paceSeq, verdict.pauseUntil, now)) {
+        const paceScope = info.scope + PACE_SCOPE;
+        quietly(
+          () => this.store.pauseFor(info.partition, verdict.pauseUntil - now, paceScope),
+          (error) => this.storeFailed(error),
+        );
+      }
+    }
   }
 
   /** What a response says about the partition's shared limits: learned limits and exhausted quotas. */
@@ -2081,7 +2239,12 @@ export class SharedGate {
     // not known here cannot be told from a pause: kept as one, and read when the key comes.
     const marked = this.marks.get(event.pauseId);
     if (marked !== undefined) this.reprobeAfter(marked, untilLocal);
-    else this.applyPause(event.pauseId, untilLocal, 'shared', undefined);
+    else {
+      // A pace mark: another process's round ended (ours, echoed, finds nothing started since).
+      const paced = this.paceMarks.get(event.pauseId);
+      if (paced !== undefined) paced.pace!.heard(untilLocal, now);
+      else this.applyPause(event.pauseId, untilLocal, 'shared', undefined);
+    }
   }
 
   /**
@@ -2498,6 +2661,10 @@ export class SharedGate {
     // one, which must not be refused (and dequeued) a second time.
     call.state = 'done';
     this.passTurn(call, false);
+    if (call.paceAt !== undefined) {
+      call.info.pace?.unbook(call.paceAt);
+      call.paceAt = undefined;
+    }
     if (call.info.prober === call) this.endProbe(call.info, false);
     if (call.heapIndex >= 0) {
       this.heap.remove(call);
