@@ -8,6 +8,7 @@ import {
   isAtLeastAsTight,
   learnedPolicies,
   seedAgeMs,
+  type Verdict,
   verdictFor,
 } from '../core/adaptation.js';
 import { createLimit } from '../core/create-limit.js';
@@ -50,6 +51,7 @@ import { parseRateLimitHeaders } from '../headers/parse-ratelimit.js';
 import type { RateLimitObservation } from '../headers/rate-limit-observation.js';
 import { invalid, onlyKnownKeys, plainObject } from '../validate.js';
 import { levelCapacity } from './memory-store.js';
+import { RoundPace } from './round-pace.js';
 import {
   type FailurePolicy,
   type NormalizedSharedGateOptions,
@@ -127,6 +129,19 @@ const ANSWERS_SPAN_MS = 50;
 const MAX_TURNS = 8;
 /** A gate whose key's probe another gate holds asks for it again this often (ms). */
 const PROBE_RETRY_MS = 50;
+/**
+ * The scope of a key's reprobe mark, after its own scope: a pause written there holds no call (no
+ * key's scope ends so, short of a key holding this text) and says, to every process that hears it,
+ * that the key's pause ending then was capped at `maxRetryAfterMs` (see `KeyInfo.reprobeAt`).
+ */
+const REPROBE_SCOPE = '\u0000reprobe';
+/**
+ * The scope of a key's pace mark (as `REPROBE_SCOPE`): the key's provider refused a call with a
+ * Retry-After alone, and the round it measured ends when the pause does (see `RoundPace`).
+ */
+const PACE_SCOPE = '\u0000pace';
+/** A key whose pace changed within this long is kept when keys are swept (as the in-memory gate keeps AIMD). */
+const PACE_KEEP_MS = 60_000;
 // The clock offset is re-estimated from a fresh sample when the best one is older than this (ms).
 const OFFSET_SAMPLE_MS = 5_000;
 // Learned limits are written again at most this often per key and window (the store keeps them alive).
@@ -177,6 +192,24 @@ interface KeyInfo {
   /** This gate holds the store's probe of the key (see `Store.claimProbe`); a claim is on its way. */
   probeClaimed: boolean;
   claiming: boolean;
+  /**
+   * The end of a wait capped at `maxRetryAfterMs` (the provider asked for longer), set here or
+   * heard from another process (its reprobe mark, `markId`): the first inspected call to go from
+   * then on probes again (one among the gates on the store, see `claimProbe`), and the key's other
+   * calls wait for its answer, rather than the queues all going into the 429 the provider announced.
+   */
+  reprobeAt: number | undefined;
+  /** The probe out (`probe` 1) is such a reprobe. */
+  reprobing: boolean;
+  /** The pause id of the key's reprobe mark (see `REPROBE_SCOPE`). */
+  readonly markId: string;
+  /**
+   * The key's pace after Retry-After refusals that said nothing else (see `RoundPace`): only for a
+   * key with no configured limit (and AIMD on); unused while it has learned limits.
+   */
+  readonly pace: RoundPace | undefined;
+  /** The pause id of the key's pace mark (see `PACE_SCOPE`), with `pace`. */
+  readonly paceId: string | undefined;
   /**
    * Calls of this key holding a turn to ask the store (window calls, and calls that wait for their
    * key's own limit, `ownWaits`; see `mayAsk`), and how many may.
@@ -259,6 +292,10 @@ interface SharedCall extends HeapEntry {
   runningIndex: number;
   /** It asked the store again at its deadline (once: see `fire`). */
   askedAtDeadline: boolean;
+  /** Its number in its key's pace rounds when it started (0: not counted, see `RoundPace.started`). */
+  paceSeq: number;
+  /** The slot its key's pace booked for it (gate clock), while it waits for it. */
+  paceAt: number | undefined;
 }
 
 let seq = 0;
@@ -348,6 +385,10 @@ export class SharedGate {
   private readonly probeHolder = randomUUID();
   private readonly globalLevels: readonly StoreLevel[];
   private readonly keyInfos = new Map<string, KeyInfo>();
+  /** The keys known here by the pause id of their reprobe mark (see `KeyInfo.markId`). */
+  private readonly marks = new Map<string, KeyInfo>();
+  /** The keys known here with a pace, by the pause id of their pace mark (see `KeyInfo.paceId`). */
+  private readonly paceMarks = new Map<string, KeyInfo>();
   private readonly defaultInfo: KeyInfo;
   private readonly heap = new TimerHeap<SharedCall>();
   /**
@@ -467,6 +508,8 @@ export class SharedGate {
     this.allCores = [...o.globalCores, ...o.keyCores];
     this.globalLevels = o.globalCores.map((core, i) => levelOf(`g${i}`, core));
     this.defaultInfo = this.makeInfo(undefined);
+    this.marks.set(this.defaultInfo.markId, this.defaultInfo);
+    if (this.defaultInfo.paceId !== undefined) this.paceMarks.set(this.defaultInfo.paceId, this.defaultInfo);
     this.onStoreDown = this.storeDownEvents.on;
     this.onStoreUp = this.storeUpEvents.on;
     this.onStart = this.startEvents.on;
@@ -564,6 +607,8 @@ export class SharedGate {
         onReleased: undefined,
         runningIndex: -1,
         askedAtDeadline: false,
+        paceSeq: 0,
+        paceAt: undefined,
         resolve,
         reject,
         budget: undefined,
@@ -680,6 +725,8 @@ export class SharedGate {
     const pauseIds = [this.store.pauseId(partition, '')];
     if (scope !== '') pauseIds.push(this.store.pauseId(partition, scope));
     const levels = [...this.globalLevels, ...keyLevels];
+    const aimd = this.adapt === false ? false : this.adapt.aimd;
+    const pace = levels.length === 0 && aimd !== false ? new RoundPace(aimd) : undefined;
     return {
       key,
       partition,
@@ -703,6 +750,11 @@ export class SharedGate {
       probeWaiters: undefined,
       probeClaimed: false,
       claiming: false,
+      reprobeAt: undefined,
+      reprobing: false,
+      markId: this.store.pauseId(partition, scope + REPROBE_SCOPE),
+      pace,
+      paceId: pace === undefined ? undefined : this.store.pauseId(partition, scope + PACE_SCOPE),
       asking: 0,
       width: 1,
       head: undefined,
@@ -723,6 +775,14 @@ export class SharedGate {
       if (this.keyInfos.size >= 10_000) this.sweepInfos();
       info = this.makeInfo(key);
       this.keyInfos.set(key, info);
+      this.marks.set(info.markId, info);
+      if (info.paceId !== undefined) this.paceMarks.set(info.paceId, info);
+      // A reprobe mark heard before this gate knew the key (kept as a pause, see heardPause).
+      const mark = this.localPauses.size === 0 ? undefined : this.localPauses.get(info.markId);
+      if (mark !== undefined) {
+        this.localPauses.delete(info.markId);
+        this.reprobeAfter(info, mark);
+      }
       // Pauses heard before this gate knew the key hold its calls in the fallback too (this key's
       // alone: the keys known when they were heard were paused then).
       if (this.fallback !== undefined && this.localPauses.size > 0) {
@@ -737,12 +797,25 @@ export class SharedGate {
   }
 
   /**
-   * Drop keys with nothing waiting (their state lives in the store), but not one whose probe is out:
-   * its next call would probe a second time, before the first one's answer.
+   * Drop keys with nothing waiting (their state lives in the store), but not one whose probe is out
+   * (its next call would probe a second time, before the first one's answer) or due again after a
+   * capped wait (its next calls would all go), or whose pace changed lately (the next burst would
+   * pay for it again).
    */
   private sweepInfos(): void {
+    const now = this.clock.now();
     for (const [key, info] of this.keyInfos) {
-      if (info.queued === 0 && info.probe !== 1) this.keyInfos.delete(key);
+      const aimd = info.pace?.aimd;
+      if (
+        info.queued === 0 &&
+        info.probe !== 1 &&
+        info.reprobeAt === undefined &&
+        (aimd === undefined || now - aimd.changedAt >= PACE_KEEP_MS)
+      ) {
+        this.keyInfos.delete(key);
+        this.marks.delete(info.markId);
+        if (info.paceId !== undefined) this.paceMarks.delete(info.paceId);
+      }
     }
   }
 
@@ -801,7 +874,12 @@ export class SharedGate {
       this.failover(call, undefined);
       return;
     }
-    if (call.inspect !== undefined && call.info.probe !== 2 && this.heldForProbe(call)) return;
+    if (
+      call.inspect !== undefined &&
+      (call.info.probe !== 2 || call.info.reprobeAt !== undefined) &&
+      this.heldForProbe(call)
+    )
+      return;
     if (!call.recounts && call.info.learnedWindows && this.o.arrivalMarginMs > 0) {
       // Learned limits are sliding logs: counted from the response, like a configured window.
       call.recounts = true;
@@ -822,6 +900,8 @@ export class SharedGate {
       this.waitForPause(call, pausedUntil);
       return;
     }
+    const pace = call.info.pace;
+    if (pace !== undefined && this.heldForPace(call, pace, now)) return;
     call.state = 'reserving';
     call.sentAt = now;
     call.reservedAhead = !whenDue;
@@ -954,8 +1034,8 @@ export class SharedGate {
     if (d.learned.length > 0) {
       call.info.learnedWindows = true;
       // Another gate's probe taught the limits this reservation is counted in: no need to wait for
-      // this one's answer.
-      if (call.info.prober === call) this.endProbe(call.info, true);
+      // this one's answer (unless it asks whether a capped wait's limit is over: no limit says).
+      if (call.info.prober === call && !call.info.reprobing) this.endProbe(call.info, true);
     }
     this.sampleOffset(call.sentAt, now, d.serverNow);
     const localStart = this.toLocal(d.startAt, now, d.serverNow);
@@ -1050,6 +1130,13 @@ export class SharedGate {
    * (`cameAt`, see `answersCameAt`), not after the calls of the same answer started before it.
    */
   private startOrReserveAgain(call: SharedCall, localStart: number, now: number, cameAt = now): void {
+    const info = call.info;
+    if (
+      call.inspect !== undefined &&
+      (info.reprobeAt !== undefined || info.reprobing) &&
+      this.heldForReprobe(call, now)
+    )
+      return;
     if (
       call.lateMatters &&
       cameAt - localStart > this.o.lateToleranceMs &&
@@ -1066,6 +1153,21 @@ export class SharedGate {
       return;
     }
     this.start(call, now);
+  }
+
+  /**
+   * A call whose slot has come, of a key whose capped wait is over (its reprobe due, or out), is
+   * not its probe: it gives its slot back and asks again, as the probe (see `heldForProbe`) or
+   * after the probe's answer. True if so.
+   */
+  private heldForReprobe(call: SharedCall, now: number): boolean {
+    const info = call.info;
+    if (info.probe === 1 ? !info.reprobing || call === info.prober : !this.reprobeDue(info, now))
+      return false;
+    this.passTurn(call, false);
+    call.state = 'retrying';
+    this.returnAhead(call);
+    return true;
   }
 
   /**
@@ -1268,8 +1370,83 @@ export class SharedGate {
     }
   }
 
+  /**
+   * True when `call` waits for its key's pace (see `RoundPace`), before it asks the store: its slot,
+   * booked when it first asks, has not come. Each process paces its own calls at its share.
+   */
+  private heldForPace(call: SharedCall, pace: RoundPace, now: number): boolean {
+    const info = call.info;
+    if (info.learnedWindows) {
+      // Learned limits govern.
+      if (pace.aimd !== undefined) this.dropPace(info, pace, now);
+      return false;
+    }
+    if (pace.update(now)) {
+      // A round's rate in force: this call first, then those booked, one interval apart.
+      pace.restart(now);
+      call.paceAt = pace.book(now);
+      this.rebook(info, pace, now);
+    }
+    if (pace.aimd === undefined) {
+      call.paceAt = undefined;
+      return false;
+    }
+    call.paceAt ??= pace.book(now);
+    const at = call.paceAt;
+    if (at > now) {
+      if (at > call.deadline) {
+        pace.unbook(at);
+        call.paceAt = undefined;
+        this.refuse(call, deadlineError(call, at, call.attempt === 0));
+        return true;
+      }
+      this.passTurn(call, false);
+      call.state = 'retrying';
+      this.enqueueAt(call, at);
+      return true;
+    }
+    call.paceAt = undefined;
+    if (pace.went(now)) {
+      // Added to after a quiet second: the calls booked go sooner.
+      pace.restart(now);
+      this.rebook(info, pace, now);
+    }
+    return false;
+  }
+
+  /**
+   * Book again, in their order, the calls of `info` waiting for a slot of its pace (its rate
+   * changed; `pace.restart` was called). One the new slot puts past its deadline is refused.
+   */
+  private rebook(info: KeyInfo, pace: RoundPace, now: number): void {
+    const booked = this.heap
+      .entries()
+      .filter((c) => c.info === info && c.state === 'retrying' && c.paceAt !== undefined)
+      .sort((a, b) => a.paceAt! - b.paceAt! || a.seq - b.seq);
+    for (const call of booked) {
+      this.heap.remove(call);
+      const at = pace.book(now);
+      call.paceAt = at;
+      if (at > call.deadline) {
+        pace.unbook(at);
+        call.paceAt = undefined;
+        this.refuse(call, deadlineError(call, at, false));
+      } else this.enqueueAt(call, at);
+    }
+    this.arm();
+  }
+
+  /** The provider states a quota, or limits were learned: the pace is dropped, and its calls go. */
+  private dropPace(info: KeyInfo, pace: RoundPace, now: number): void {
+    pace.reset();
+    pace.restart(now);
+    this.rebook(info, pace, now);
+  }
+
   /** A call inside a pause asks the store again when it ends (or is refused if that is too late). */
   private waitForPause(call: SharedCall, until: number): void {
+    // A slot of its key's pace inside the pause is lost: it books one after.
+    call.paceAt = undefined;
     this.passTurn(call, false);
     if (until > call.deadline) {
       this.refuse(call, deadlineError(call, until, call.attempt === 0));
@@ -1294,7 +1471,15 @@ export class SharedGate {
   private heldForProbe(call: SharedCall): boolean {
     const info = call.info;
     const now = this.clock.now();
-    if (info.probe === 0) {
+    if (this.reprobeDue(info, now)) {
+      // The first call after a capped wait asks again (configured or learned limits or not).
+      info.reprobeAt = undefined;
+      info.reprobing = true;
+      info.probe = 1;
+      info.prober = call;
+      info.probeUntil = now + PROBE_TIMEOUT_MS;
+      this.holdReserved(info, call);
+    } else if (info.probe === 0) {
       if (this.adapt === false || info.levels.length > 0 || info.learned !== undefined) {
         info.probe = 2;
         return false;
@@ -1303,6 +1488,8 @@ export class SharedGate {
       info.prober = call;
       info.probeUntil = now + PROBE_TIMEOUT_MS;
     }
+    // Done, with a reprobe due later (after its capped wait).
+    if (info.probe === 2) return false;
     if (now >= info.probeUntil) {
       this.endProbe(info, true);
       return false;
@@ -1322,11 +1509,44 @@ export class SharedGate {
       this.claimProbe(info);
       return true;
     }
-    // Waits for the probe's answer, at most until the probe's end or its deadline.
+    this.waitForProbe(call);
+    return true;
+  }
+
+  /**
+   * A wait capped at `maxRetryAfterMs` is over for `info` (see `KeyInfo.reprobeAt`) and no probe is
+   * out: the next inspected call probes. Not inside a pause that outlasts it: at that pause's end.
+   */
+  private reprobeDue(info: KeyInfo, now: number): boolean {
+    const at = info.reprobeAt;
+    if (at === undefined || now < at || info.probe === 1) return false;
+    return this.localPauses.size === 0 || this.pausedUntil(info, now) <= now + PAUSE_SLACK_MS;
+  }
+
+  /**
+   * A reprobe starts: the key's inspected calls that hold a slot (reserved before it was due, for
+   * the capped wait's end or later) give it back, latest first (each refund is then of its level's
+   * latest take), and wait for the probe's answer with the others; `prober` goes alone.
+   */
+  private holdReserved(info: KeyInfo, prober: SharedCall): void {
+    const held = this.heap
+      .entries()
+      .filter((c) => c !== prober && c.info === info && c.state === 'waiting' && c.inspect !== undefined);
+    if (held.length === 0) return;
+    for (const call of held) this.heap.remove(call);
+    this.giveBackLatestFirst(held);
+    for (const call of held) this.waitForProbe(call);
+  }
+
+  /** `call` waits for its key's probe's answer, at most until the probe's end or its deadline. */
+  private waitForProbe(call: SharedCall): void {
+    const info = call.info;
+    // A slot of its key's pace is given up: it books one after the answer.
+    call.paceAt = undefined;
+    call.state = 'retrying';
     this.enqueueAt(call, Math.min(info.probeUntil, call.deadline));
     info.probeWaiters ??= [];
     info.probeWaiters.push(call);
-    return true;
   }
 
   /**
@@ -1388,7 +1608,12 @@ export class SharedGate {
    */
   private endProbe(info: KeyInfo, answered: boolean): void {
     if (info.probe !== 1) return;
-    info.probe = answered ? 2 : 0;
+    if (info.reprobing) {
+      info.reprobing = false;
+      info.probe = 2;
+      // Its call left unsent: the next one asks again.
+      if (!answered) this.reprobeAfter(info, this.clock.now());
+    } else info.probe = answered ? 2 : 0;
     info.prober = undefined;
     if (info.probeClaimed) {
       info.probeClaimed = false;
@@ -1674,6 +1899,8 @@ export class SharedGate {
 
   private start(call: SharedCall, now: number): void {
     call.state = 'running';
+    const pace = call.info.pace;
+    if (pace !== undefined) call.paceSeq = pace.started(now);
     call.startedStoreAt = Number.isNaN(this.offsetMs) ? call.storeStartAt : now + this.offsetMs;
     this.dequeued(call);
     if (this.startEvents.listeners)
@@ -1816,7 +2043,6 @@ export class SharedGate {
       observation = { policies: [] };
     }
     this.learnFrom(call.info, observation, inspection.status, now);
-    if (call.info.prober === call) this.endProbe(call.info, true);
     const verdict = verdictFor(
       {
         status: inspection.status,
@@ -1831,9 +2057,19 @@ export class SharedGate {
       this.o.random,
     );
     const reason = observation.retryAfterMs !== undefined ? 'retry-after' : 'backoff';
+    const pace = call.info.pace;
+    if (pace !== undefined && call.paceSeq > 0)
+      this.paceFrom(call, pace, observation, inspection.status, verdict, now);
+    if (verdict.kind !== 'done') {
+      // Every process holds back: the pause is written to the store before the retry is reserved,
+      // and before the probe is given back (another gate's prober asks after it). A processed
+      // response is the call's result, and its pause still holds the next calls.
+      if (verdict.kind === 'refuse' && verdict.reason === 'retry-after-cap')
+        this.markReprobe(call.info, verdict.pauseUntil - now);
+      this.sharedPause(call.info, verdict.pauseUntil - now, reason, false);
+    }
+    if (call.info.prober === call) this.endProbe(call.info, true);
     if (verdict.kind === 'done' || inspection.processed === true) {
-      // A processed response is the call's result, and its pause still holds the next calls.
-      if (verdict.kind !== 'done') this.sharedPause(call.info, verdict.pauseUntil - now, reason, false);
       this.settleBudget(call, inspection.actualPriceMicros ?? call.priceMicros);
       this.settle(call, value, true);
       return;
@@ -1843,8 +2079,6 @@ export class SharedGate {
     } catch {
       // Releasing a response we drop anyway must not fail the call.
     }
-    // Every process holds back: the pause is written to the store before the retry is reserved.
-    this.sharedPause(call.info, verdict.pauseUntil - now, reason, false);
     if (verdict.kind === 'retry' && verdict.pauseUntil <= call.deadline) {
       this.requeue(call);
       return;
@@ -1870,6 +2104,41 @@ export class SharedGate {
     this.queuedTotal++;
     if (call.onAbort !== undefined) call.signal!.addEventListener('abort', call.onAbort, { once: true });
     this.submit(call);
+  }
+
+  /**
+   * What a response says about its key's pace (see `RoundPace`): a refusal with a Retry-After and no
+   * request quota ends a round (the other processes hear it through the pace mark, written before
+   * the pause); an answer stating a quota drops the pace.
+   */
+  private paceFrom(
+    call: SharedCall,
+    pace: RoundPace,
+    observation: RateLimitObservation,
+    status: number,
+    verdict: Verdict,
+    now: number,
+  ): void {
+    const info = call.info;
+    const informed = observation.policies.some(
+      (policy) =>
+        policy.unit === 'requests' && (policy.remaining !== undefined || policy.limit !== undefined),
+    );
+    if (informed || info.learnedWindows) {
+      if (pace.aimd !== undefined) this.dropPace(info, pace, now);
+      return;
+    }
+    const throttled = status === 429 || status === 529 || observation.throttled === true;
+    if (!throttled) pace.accepted(call.paceSeq);
+    else if (observation.retryAfterMs !== undefined && verdict.kind !== 'done') {
+      if (pace.refused(call.paceSeq, verdict.pauseUntil, now)) {
+        const paceScope = info.scope + PACE_SCOPE;
+        quietly(
+          () => this.store.pauseFor(info.partition, verdict.pauseUntil - now, paceScope),
+          (error) => this.storeFailed(error),
+        );
+      }
+    }
   }
 
   /** What a response says about the partition's shared limits: learned limits and exhausted quotas. */
@@ -1907,8 +2176,11 @@ export class SharedGate {
     if (!throttled) {
       const binding = bindingFor(observation, 'requests');
       // No longer than maxRetryAfterMs, as a Retry-After: never sleep for a day.
-      if (binding?.remaining === 0 && binding.resetMs !== undefined && binding.resetMs > 0)
+      if (binding?.remaining === 0 && binding.resetMs !== undefined && binding.resetMs > 0) {
+        // Spent until a reset past the cap: at the capped reset one call asks again, not the queues.
+        if (binding.resetMs > adapt.maxRetryAfterMs) this.markReprobe(info, adapt.maxRetryAfterMs);
         this.sharedPause(info, Math.min(binding.resetMs, adapt.maxRetryAfterMs), 'remaining-0', false);
+      }
     }
   }
 
@@ -1939,12 +2211,40 @@ export class SharedGate {
     this.applyPause(pauseId, now + durationMs, reason, gateWide ? undefined : info.key);
   }
 
+  /**
+   * A wait of `info`'s key is capped at `maxRetryAfterMs` and ends in `durationMs`: every process
+   * hears its reprobe mark (see `REPROBE_SCOPE`), written before the pause it marks.
+   */
+  private markReprobe(info: KeyInfo, durationMs: number): void {
+    if (!(durationMs > 0)) return;
+    quietly(
+      () => this.store.pauseFor(info.partition, durationMs, info.scope + REPROBE_SCOPE),
+      (error) => this.storeFailed(error),
+    );
+    this.reprobeAfter(info, this.clock.now() + durationMs);
+  }
+
+  /** The first inspected call of `info`'s key to go from `at` on probes again (the latest mark wins). */
+  private reprobeAfter(info: KeyInfo, at: number): void {
+    info.reprobeAt = Math.max(info.reprobeAt ?? at, at);
+  }
+
   /** A pause set by any process (our own included, echoed by the store). */
   private heardPause(event: StorePauseEvent): void {
     const now = this.clock.now();
     // Store time to gate time (before any offset estimate, with the message's own reading: the
     // message is late, so the local end errs late, never a start inside the pause).
-    this.applyPause(event.pauseId, this.toLocal(event.untilMs, now, event.serverNow), 'shared', undefined);
+    const untilLocal = this.toLocal(event.untilMs, now, event.serverNow);
+    // A known key's reprobe mark holds nothing: its pause ending then was capped. A mark of a key
+    // not known here cannot be told from a pause: kept as one, and read when the key comes.
+    const marked = this.marks.get(event.pauseId);
+    if (marked !== undefined) this.reprobeAfter(marked, untilLocal);
+    else {
+      // A pace mark: another process's round ended (ours, echoed, finds nothing started since).
+      const paced = this.paceMarks.get(event.pauseId);
+      if (paced !== undefined) paced.pace!.heard(untilLocal, now);
+      else this.applyPause(event.pauseId, untilLocal, 'shared', undefined);
+    }
   }
 
   /**
@@ -2361,6 +2661,10 @@ export class SharedGate {
     // one, which must not be refused (and dequeued) a second time.
     call.state = 'done';
     this.passTurn(call, false);
+    if (call.paceAt !== undefined) {
+      call.info.pace?.unbook(call.paceAt);
+      call.paceAt = undefined;
+    }
     if (call.info.prober === call) this.endProbe(call.info, false);
     if (call.heapIndex >= 0) {
       this.heap.remove(call);

@@ -1934,4 +1934,32 @@ describe.skipIf(skip !== false)('shared gate on Redis', () => {
     for (const s of starts.slice(1)) expect(s - pausedAt).toBeGreaterThanOrEqual(395);
     expect(heard.length).toBeGreaterThan(0);
   });
+
+  it('after a wait capped at maxRetryAfterMs one call among the gates asks again, the queues after its answer', async () => {
+    // Retry-After: 86400 twice (the first call, then the first after the capped wait), then 200s;
+    // answered 20 ms after each request. The reprobe mark reaches the other gate through Redis.
+    const [a, b] = await twoGates({ keyPrefix: `${keyPrefix}-reprobe`, adapt: { maxRetryAfterMs: 300 } });
+    const sent: number[] = [];
+    const t0 = performance.now();
+    const fn = () =>
+      new Promise<Inspection>((resolve) => {
+        const n = sent.push(performance.now() - t0) - 1;
+        const answer = n < 2 ? { status: 429, headers: { 'retry-after': '86400' } } : ok();
+        setTimeout(() => resolve(answer), 20);
+      });
+    const outcomes = await Promise.all(
+      [a, b, a, b, a, b].map((g) =>
+        g.schedule(fn, { key: 'k', inspect: (r: Inspection) => r }).then(
+          (r) => r.status,
+          (e: { code: string }) => e.code,
+        ),
+      ),
+    );
+    expect(outcomes.filter((o) => o === 200)).toHaveLength(4);
+    expect(sent).toHaveLength(6);
+    // One call per capped wait (300 ms after the answer before it), each alone until its answer.
+    expect(sent[1]! - sent[0]!).toBeGreaterThanOrEqual(300);
+    expect(sent[2]! - sent[1]!).toBeGreaterThanOrEqual(300);
+    for (const t of sent.slice(3)) expect(t - sent[2]!).toBeGreaterThanOrEqual(19);
+  });
 });
