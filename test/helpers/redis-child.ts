@@ -55,6 +55,8 @@ export interface CallOutcome {
   readonly sentAt?: number;
   /** Wall-clock ms of every attempt, in order (a throttled call is sent again after the pause). */
   readonly sends: readonly number[];
+  /** Wall-clock ms when the last attempt's response had been read. */
+  readonly doneAt?: number;
 }
 
 export type ChildMessage =
@@ -112,6 +114,7 @@ async function traffic(config: TrafficConfig): Promise<void> {
   const outcomes = await Promise.all(
     Array.from({ length: config.calls }, async (_, call): Promise<CallOutcome> => {
       let sentAt: number | undefined;
+      let doneAt: number | undefined;
       const sends: number[] = [];
       try {
         const r = await gate.schedule(
@@ -124,11 +127,18 @@ async function traffic(config: TrafficConfig): Promise<void> {
               headers: { 'x-proc': String(config.id), 'x-send': send },
             });
             await res.arrayBuffer();
+            doneAt = wallNow();
             return res;
           },
           { inspect },
         );
-        return { ok: true, status: r.status, sends, ...(sentAt === undefined ? {} : { sentAt }) };
+        return {
+          ok: true,
+          status: r.status,
+          sends,
+          ...(sentAt === undefined ? {} : { sentAt }),
+          ...(doneAt === undefined ? {} : { doneAt }),
+        };
       } catch (error) {
         return {
           ok: false,
