@@ -123,6 +123,11 @@ export class CommandRunner {
   /** Callers of `settled()`, told when no command is pending. */
   private idleWaiters: (() => void)[] = [];
   private timer: ReturnType<typeof setTimeout> | undefined = undefined;
+  /**
+   * When a deadline was found past (`expire`), while its check waits for the replies already
+   * received: only deadlines up to then have had a poll phase since (see `expireOverdue`).
+   */
+  private expiringAt: number | undefined = undefined;
   /** Commands sent (EVALSHA, SCRIPT LOAD, EVAL...): the bench reads it for round trips. */
   commands = 0;
   /** While scripts load: the commands to send once they are loaded, in their order (`seq`). */
@@ -244,12 +249,16 @@ export class CommandRunner {
       sent.then(done, done);
     }
     if (also !== undefined) this.loadAlso(also);
+    // After the poll phase that follows the timer (setImmediate): loads answered in time while this
+    // process was busy past the timeout are read first (see `expire`).
     const timer = setTimeout(
       () =>
-        this.release(
-          generation,
-          new StoreUnavailableError(
-            `Redis did not answer SCRIPT LOAD within commandTimeoutMs ${this.timeoutMs}`,
+        setImmediate(() =>
+          this.release(
+            generation,
+            new StoreUnavailableError(
+              `Redis did not answer SCRIPT LOAD within commandTimeoutMs ${this.timeoutMs}`,
+            ),
           ),
         ),
       this.timeoutMs,
@@ -440,7 +449,7 @@ export class CommandRunner {
   private track(reject: (error: StoreUnavailableError) => void): Watch {
     const watch: Watch = { deadline: performance.now() + this.timeoutMs, reject, settled: false };
     this.watches.push(watch);
-    if (this.timer === undefined) this.arm();
+    if (this.timer === undefined && this.expiringAt === undefined) this.arm();
     return watch;
   }
 
@@ -483,18 +492,39 @@ export class CommandRunner {
   private expire(): void {
     this.timer = undefined;
     const now = performance.now();
+    const first = this.watches[this.head];
+    if (first !== undefined && first.deadline <= now) {
+      // A deadline passed, but the reply may be here already, unread: this process was busy (a long
+      // task, a GC pause, a starved CPU) past the deadline while Redis answered in time. setImmediate
+      // runs after this turn's poll phase, which reads the replies the socket holds and settles
+      // their watches; only what is still unanswered then times out.
+      this.expiringAt = now;
+      setImmediate(() => this.expireOverdue());
+      return;
+    }
+    this.arm();
+  }
+
+  /**
+   * Time out the watches whose deadline had passed when `expire` ran, unanswered by the poll phase
+   * since; one past its deadline only later (this process busy again meanwhile) gets a poll phase
+   * of its own first: the timer again, at once.
+   */
+  private expireOverdue(): void {
+    const checkedAt = this.expiringAt ?? -Infinity;
+    this.expiringAt = undefined;
     const watches = this.watches;
     for (let i = this.head; i < watches.length; i++) {
       const w = watches[i]!;
       if (w.settled) continue;
-      if (w.deadline > now) break;
+      if (w.deadline > checkedAt) break;
       w.settled = true;
       w.reject(
         new StoreUnavailableError(`${this.server} did not answer within commandTimeoutMs ${this.timeoutMs}`),
       );
     }
     this.trim();
-    this.arm();
+    if (this.timer === undefined) this.arm();
   }
 }
 

@@ -146,3 +146,37 @@ describe.skipIf(skip !== false)(
     });
   },
 );
+
+describe.skipIf(skip !== false)('redis store: commandTimeoutMs and a busy process', () => {
+  /** Keep this process's event loop busy for `ms` (a long task, a GC pause, a starved CPU). */
+  const busyFor = (ms: number) => {
+    const until = performance.now() + ms;
+    while (performance.now() < until) {
+      // spin
+    }
+  };
+  const level = {
+    id: 'busy',
+    spec: createLimit({ algorithm: 'token-bucket', limit: 1_000, intervalMs: 1000 }).spec,
+  };
+
+  it('a reply Redis sent in time is not a timeout because this process read it late', async () => {
+    const store = new RedisStore({
+      redis: REDIS_URL,
+      keyPrefix: `${prefix}-busy`,
+      commandTimeoutMs: 100,
+      batch: false,
+    });
+    try {
+      await store.preload();
+      for (let i = 0; i < 3; i++) {
+        const decision = store.reserve(`busy-${Date.now()}-${i}`, [level], [1], 10_000);
+        // Redis answers within a ms or so; this process reads the reply only after 250 ms.
+        busyFor(250);
+        expect((await decision).ok).toBe(true);
+      }
+    } finally {
+      await store.close();
+    }
+  });
+});

@@ -68,6 +68,24 @@ describe('CommandRunner: one deadline per command, watched by one timer', () => 
     expect(vi.getTimerCount()).toBe(0);
   });
 
+  it('a reply read in the poll phase after its deadline timer counts: a busy process is not a slow Redis', async () => {
+    const { client, calls } = fakeClient();
+    const runner = new CommandRunner(client, 100);
+    const first = run(runner, 1);
+    // The timer fires at the deadline; the reply the socket held is read before the check runs.
+    await vi.advanceTimersByTimeAsync(100);
+    calls[0]!.answer('in time');
+    // Sent while that check waits: its own deadline comes later and is judged on its own.
+    const second = run(runner, 1);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(first).toEqual(['reply in time']);
+    expect(second).toEqual(['pending']);
+    // Nothing answers the second: it times out once its deadline and the check after it pass.
+    await vi.advanceTimersByTimeAsync(101);
+    expect(second).toEqual(['error Redis did not answer within commandTimeoutMs 100']);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
   it('keeps watching commands answered out of order, across its compaction', async () => {
     const { client, calls } = fakeClient();
     const runner = new CommandRunner(client, 1_000);
@@ -78,6 +96,9 @@ describe('CommandRunner: one deadline per command, watched by one timer', () => 
     expect(outcomes.filter((o) => o.startsWith('reply')).length).toBe(2_999);
     const late = run(runner, 1);
     await vi.advanceTimersByTimeAsync(1_000);
+    // The deadline is judged after the poll phase that follows its timer (a setImmediate, which
+    // the fake timers run once the clock moves on): the replies received by then count.
+    await vi.advanceTimersByTimeAsync(1);
     expect(outcomes[1_500]).toMatch(/^error Redis did not answer/);
     expect(late).toEqual(['error Redis did not answer within commandTimeoutMs 1000']);
     expect(outcomes.filter((o) => o === 'settled twice')).toEqual([]);
