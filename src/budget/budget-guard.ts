@@ -128,12 +128,6 @@ export interface BudgetSpend {
   readonly resetAt: number;
 }
 
-interface FiredState {
-  windowStart: number;
-  // Per threshold index: when it fired (rolling budgets fire again a full window later).
-  firedAt: (number | undefined)[];
-}
-
 /** The ledger entry of one budget for a call: its window, its cap, the call's estimate. */
 export function ledgerEntry(
   budget: Budget,
@@ -317,6 +311,183 @@ function spendOf(budget: Budget, w: LedgerWindow): BudgetSpend {
   };
 }
 
+interface FiredState {
+  windowStart: number;
+  // Per threshold index: when it fired (rolling budgets fire again a full window later).
+  firedAt: (number | undefined)[];
+}
+
+/** A threshold a change of spend crossed, due to be claimed from the ledger (see `Thresholds`). */
+export interface ThresholdCrossing {
+  readonly claim: ThresholdClaim;
+  /** The event fired if the claim is this guard's. */
+  readonly event: ThresholdEvent;
+  readonly state: FiredState;
+  readonly index: number;
+  /** What `state` held for the threshold before the crossing marked it. */
+  readonly previous: number | undefined;
+}
+
+/**
+ * A guard's threshold events: its listeners, and what fired (or another guard on the ledger fired)
+ * per budget id and window, so that a threshold is asked of the ledger once per window at most.
+ * `crossed` finds the thresholds a change of spend crossed and marks them fired at once, so a second
+ * crossing while the first one's claim is out asks nothing; `claimed` takes the ledger's answer and
+ * fires the event when the claim was this guard's. Shared by `BudgetGuard` (claims answered at once)
+ * and `AsyncBudgetGuard` (claims answered by Redis).
+ */
+export class Thresholds {
+  private readonly listeners = new Set<(event: ThresholdEvent) => void>();
+  // Per budget id: the current window's state and the previous one's (newest first).
+  private readonly fired = new Map<string, FiredState[]>();
+
+  constructor(
+    private readonly budgets: readonly Budget[],
+    private readonly windows: BudgetWindows,
+  ) {}
+
+  /** True when someone listens (no listener: nothing is checked, nothing claimed). */
+  get listening(): boolean {
+    return this.listeners.size > 0;
+  }
+
+  /** Subscribe; returns a function that unsubscribes. */
+  on(listener: (event: ThresholdEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+
+  /**
+   * The thresholds crossed by a change of +deltaMicros in committed spend, `totals` being after it,
+   * in the windows containing `datedAt` (when the spend was reserved), not known as fired here; each
+   * is marked fired at `now` until its claim is answered (`claimed`).
+   */
+  crossed(
+    totals: readonly LedgerTotals[],
+    deltaMicros: number,
+    now: number,
+    datedAt: number = now,
+  ): ThresholdCrossing[] {
+    const crossings: ThresholdCrossing[] = [];
+    for (const t of totals) {
+      const i = this.budgets.findIndex((b) => b.name === budgetNameOf(t.budgetId));
+      const budget = this.budgets[i];
+      if (budget === undefined) continue;
+      const after = t.spentMicros + t.reservedMicros;
+      const crossed = crossedThresholds(budget.thresholdMicros, after - deltaMicros, after);
+      if (crossed.length === 0) continue;
+      const rolling = budget.period.kind === 'rolling';
+      const window = this.windows.at(i, rolling ? now : datedAt);
+      const rollingMs = budget.period.kind === 'rolling' ? budget.period.rollingMs : undefined;
+      const state = this.firedState(t.budgetId, rolling ? 0 : window.startMs, now);
+      for (const index of crossed) {
+        // Once per period; a rolling window has no period, so once per window length. What this
+        // guard fired (or learned another had) is not asked of the ledger again.
+        const previous = state.firedAt[index];
+        if (!thresholdDue(previous, rollingMs, now)) continue;
+        state.firedAt[index] = now;
+        const threshold = budget.thresholds[index]!;
+        crossings.push({
+          claim: {
+            budgetId: t.budgetId,
+            windowStart: window.startMs,
+            windowEnd: window.endMs,
+            rollingMs,
+            threshold,
+          },
+          event: {
+            budget: budget.name,
+            key: budget.perKey ? budgetKeyOf(t.budgetId) : undefined,
+            budgetId: t.budgetId,
+            currency: budget.currency,
+            threshold,
+            spentMicros: t.spentMicros,
+            reservedMicros: t.reservedMicros,
+            limitMicros: budget.limitMicros,
+            resetAt: rolling ? undefined : window.endMs,
+            at: now,
+          },
+          state,
+          index,
+          previous,
+        });
+      }
+    }
+    return crossings;
+  }
+
+  /**
+   * The ledger's answer to a crossing's claim: the event fires when the claim was this guard's;
+   * otherwise the guard remembers when another fired it (or, the window not in the ledger, what it
+   * knew before).
+   */
+  claimed(crossing: ThresholdCrossing, result: ThresholdClaimResult): void {
+    if (result.claimed) {
+      this.emit(crossing.event);
+      return;
+    }
+    crossing.state.firedAt[crossing.index] = result.firedAt ?? crossing.previous;
+  }
+
+  /** Forget what fired for budget `name` (with its keys; or one key as `name[key]`), or for all. */
+  forget(name?: string): void {
+    for (const id of this.fired.keys()) {
+      if (name === undefined || id === name || id.startsWith(`${name}[`)) this.fired.delete(id);
+    }
+  }
+
+  /**
+   * What fired in one window of `budgetId`. The current window and the one before are kept: a call
+   * reserved before a period ended may settle after, and its extra charge lands in the old window
+   * (ledgers keep exactly those two), without resetting what fired in the new one.
+   */
+  private firedState(budgetId: string, windowStart: number, now: number): FiredState {
+    let states = this.fired.get(budgetId);
+    if (states === undefined) {
+      if (this.fired.size >= 10_000) this.forgetOld(now);
+      states = [];
+      this.fired.set(budgetId, states);
+    }
+    let state = states.find((s) => s.windowStart === windowStart);
+    if (state === undefined) {
+      state = { windowStart, firedAt: [] };
+      states.push(state);
+      states.sort((a, b) => b.windowStart - a.windowStart);
+      if (states.length > 2) states.length = 2;
+    }
+    return state;
+  }
+
+  private forgetOld(now: number): void {
+    for (const [id, states] of this.fired) {
+      const i = this.budgets.findIndex((b) => b.name === budgetNameOf(id));
+      const budget = this.budgets[i];
+      if (
+        budget === undefined ||
+        (budget.period.kind === 'calendar' &&
+          !states.some((s) => s.windowStart === this.windows.at(i, now).startMs))
+      ) {
+        this.fired.delete(id);
+      }
+    }
+  }
+
+  private emit(event: ThresholdEvent): void {
+    for (const listener of this.listeners) {
+      try {
+        listener(event);
+      } catch (error) {
+        // A listener's bug must not undo or block accounting: surface it outside this call.
+        queueMicrotask(() => {
+          throw error;
+        });
+      }
+    }
+  }
+}
+
 /** Validate options and build a guard. Throws `InvalidOptionError` naming the bad option. */
 export function createBudgetGuard(options: BudgetGuardOptions): BudgetGuard {
   return new BudgetGuard(options);
@@ -339,10 +510,8 @@ export class BudgetGuard {
   readonly ledger: Ledger;
   private readonly ownsLedger: boolean;
   private readonly clock: Pick<Clock, 'now'>;
-  private readonly listeners = new Set<(event: ThresholdEvent) => void>();
   private readonly windows: BudgetWindows;
-  // Per budget id: the current window's state and the previous one's (newest first).
-  private readonly fired = new Map<string, FiredState[]>();
+  private readonly thresholds: Thresholds;
 
   constructor(options: BudgetGuardOptions) {
     const o: { [K in keyof BudgetGuardOptions]?: unknown } & Record<string, unknown> = plainObject(
@@ -367,9 +536,10 @@ export class BudgetGuard {
       throw invalid('clock', 'an object with a now() method', clock);
     }
     this.clock = clock as Pick<Clock, 'now'>;
-    if (o.onThreshold !== undefined)
-      this.listeners.add(fn('onThreshold', o.onThreshold) as (e: ThresholdEvent) => void);
     this.windows = new BudgetWindows(this.budgets);
+    this.thresholds = new Thresholds(this.budgets, this.windows);
+    if (o.onThreshold !== undefined)
+      this.thresholds.on(fn('onThreshold', o.onThreshold) as (e: ThresholdEvent) => void);
 
     // Unset is the default file; null is not unset (it asked for no ledger, which a budget cannot do).
     const ledger = o.ledger === undefined ? 'file' : o.ledger;
@@ -403,10 +573,7 @@ export class BudgetGuard {
   /** Subscribe to threshold events; returns a function that unsubscribes. */
   onThreshold(listener: (event: ThresholdEvent) => void): () => void {
     fn('listener', listener);
-    this.listeners.add(listener);
-    return () => {
-      this.listeners.delete(listener);
-    };
+    return this.thresholds.on(listener);
   }
 
   /**
@@ -424,7 +591,7 @@ export class BudgetGuard {
       this.reservationTtlMs,
     );
     const result = this.ledger.reserve(request.entries, now);
-    if (result.ok && this.listeners.size > 0 && estimateMicros > 0)
+    if (result.ok && this.thresholds.listening && estimateMicros > 0)
       this.checkThresholds(result.totals, estimateMicros, now);
     return decisionOf(this.budgets, this.currency, request, result);
   }
@@ -451,7 +618,7 @@ export class BudgetGuard {
     const result = this.ledger.settle(reservationIdOf(reservation), actualMicros, now);
     const extra = actualMicros - reservation.estimateMicros;
     // The spend lands in the window the reservation was made in (a late settle: the previous one).
-    if (result.found && extra > 0 && this.listeners.size > 0)
+    if (result.found && extra > 0 && this.thresholds.listening)
       this.checkThresholds(result.totals, extra, now, reservation.reservedAt);
     return result.found;
   }
@@ -485,9 +652,7 @@ export class BudgetGuard {
       }
       this.ledger.reset(name);
     }
-    for (const id of this.fired.keys()) {
-      if (name === undefined || id === name || id.startsWith(`${name}[`)) this.fired.delete(id);
-    }
+    this.thresholds.forget(name);
   }
 
   /** Close the ledger if the guard opened it (not one passed in). */
@@ -503,48 +668,8 @@ export class BudgetGuard {
     now: number,
     datedAt: number = now,
   ): void {
-    for (const t of totals) {
-      const i = this.budgets.findIndex((b) => b.name === budgetNameOf(t.budgetId));
-      const budget = this.budgets[i];
-      if (budget === undefined) continue;
-      const after = t.spentMicros + t.reservedMicros;
-      const crossed = crossedThresholds(budget.thresholdMicros, after - deltaMicros, after);
-      if (crossed.length === 0) continue;
-      const rolling = budget.period.kind === 'rolling';
-      const window = this.windows.at(i, rolling ? now : datedAt);
-      const rollingMs = budget.period.kind === 'rolling' ? budget.period.rollingMs : undefined;
-      const state = this.firedState(t.budgetId, rolling ? 0 : window.startMs, now);
-      for (const index of crossed) {
-        // Once per period; a rolling window has no period, so once per window length. What this
-        // guard fired (or learned another had) is not asked of the ledger again.
-        if (!thresholdDue(state.firedAt[index], rollingMs, now)) continue;
-        const claim = {
-          budgetId: t.budgetId,
-          windowStart: window.startMs,
-          windowEnd: window.endMs,
-          rollingMs,
-          threshold: budget.thresholds[index]!,
-        };
-        const { claimed, firedAt } = this.claim(claim, now);
-        if (!claimed) {
-          if (firedAt !== undefined) state.firedAt[index] = firedAt;
-          continue;
-        }
-        state.firedAt[index] = now;
-        this.emit({
-          budget: budget.name,
-          key: budget.perKey ? budgetKeyOf(t.budgetId) : undefined,
-          budgetId: t.budgetId,
-          currency: budget.currency,
-          threshold: budget.thresholds[index]!,
-          spentMicros: t.spentMicros,
-          reservedMicros: t.reservedMicros,
-          limitMicros: budget.limitMicros,
-          resetAt: rolling ? undefined : window.endMs,
-          at: now,
-        });
-      }
-    }
+    for (const crossing of this.thresholds.crossed(totals, deltaMicros, now, datedAt))
+      this.thresholds.claimed(crossing, this.claim(crossing.claim, now));
   }
 
   /**
@@ -559,55 +684,6 @@ export class BudgetGuard {
       return this.ledger.claimThreshold(claim, now);
     } catch {
       return { claimed: true, firedAt: now };
-    }
-  }
-
-  /**
-   * What fired in one window of `budgetId`. The current window and the one before are kept: a call
-   * reserved before a period ended may settle after, and its extra charge lands in the old window
-   * (ledgers keep exactly those two), without resetting what fired in the new one.
-   */
-  private firedState(budgetId: string, windowStart: number, now: number): FiredState {
-    let states = this.fired.get(budgetId);
-    if (states === undefined) {
-      if (this.fired.size >= 10_000) this.forgetOldThresholds(now);
-      states = [];
-      this.fired.set(budgetId, states);
-    }
-    let state = states.find((s) => s.windowStart === windowStart);
-    if (state === undefined) {
-      state = { windowStart, firedAt: [] };
-      states.push(state);
-      states.sort((a, b) => b.windowStart - a.windowStart);
-      if (states.length > 2) states.length = 2;
-    }
-    return state;
-  }
-
-  private forgetOldThresholds(now: number): void {
-    for (const [id, states] of this.fired) {
-      const i = this.budgets.findIndex((b) => b.name === budgetNameOf(id));
-      const budget = this.budgets[i];
-      if (
-        budget === undefined ||
-        (budget.period.kind === 'calendar' &&
-          !states.some((s) => s.windowStart === this.windows.at(i, now).startMs))
-      ) {
-        this.fired.delete(id);
-      }
-    }
-  }
-
-  private emit(event: ThresholdEvent): void {
-    for (const listener of this.listeners) {
-      try {
-        listener(event);
-      } catch (error) {
-        // A listener's bug must not undo or block accounting: surface it outside this call.
-        queueMicrotask(() => {
-          throw error;
-        });
-      }
     }
   }
 }

@@ -9,11 +9,14 @@ import {
   reservationIdOf,
   reservationRequest,
   spendFromSnapshot,
+  type ThresholdEvent,
+  Thresholds,
 } from '../budget/budget-guard.js';
 import { BudgetExceededError } from '../budget/errors.js';
+import type { LedgerTotals, ThresholdClaimResult } from '../budget/ledger.js';
 import { checkMicros } from '../budget/money.js';
 import { type Clock, systemClock } from '../clock.js';
-import { integer, invalid, plainObject } from '../validate.js';
+import { fn, integer, invalid, plainObject } from '../validate.js';
 import type { AsyncLedger } from './async-ledger.js';
 
 export interface AsyncBudgetGuardOptions {
@@ -30,12 +33,20 @@ export interface AsyncBudgetGuardOptions {
    * @default 900_000 (15 minutes)
    */
   reservationTtlMs?: number;
+  /**
+   * Called when committed spend crosses a threshold: each once per period per budget and key, across
+   * the processes sharing the ledger (the one whose spend crossed it fires; a restarted one does not
+   * fire it again). Fired once the ledger has recorded the claim, a round trip after the reserve or
+   * settle that crossed it resolved; if the claim fails (Redis unavailable), this guard fires it
+   * from its own memory.
+   */
+  onThreshold?: (event: ThresholdEvent) => void;
 }
 
 /**
  * `BudgetGuard` for an asynchronous ledger (Redis): the same budgets, windows, ids and refusals,
- * answered with promises. A shared gate takes it as `budget`. Threshold events are not emitted
- * (use `spend()`); everything else follows `BudgetGuard`.
+ * answered with promises. A shared gate takes it as `budget`. Everything follows `BudgetGuard`
+ * (threshold events too, claimed through the ledger: see `onThreshold`).
  */
 export class AsyncBudgetGuard {
   readonly budgets: readonly Budget[];
@@ -44,12 +55,13 @@ export class AsyncBudgetGuard {
   readonly ledger: AsyncLedger;
   private readonly clock: Pick<Clock, 'now'>;
   private readonly windows: BudgetWindows;
+  private readonly thresholds: Thresholds;
 
   constructor(options: AsyncBudgetGuardOptions) {
     const o = plainObject('options', options);
     for (const key of Object.keys(o)) {
-      if (!['budgets', 'ledger', 'clock', 'reservationTtlMs'].includes(key))
-        throw invalid(key, 'not set (known: budgets, ledger, clock, reservationTtlMs)', o[key]);
+      if (!['budgets', 'ledger', 'clock', 'onThreshold', 'reservationTtlMs'].includes(key))
+        throw invalid(key, 'not set (known: budgets, ledger, clock, onThreshold, reservationTtlMs)', o[key]);
     }
     this.budgets = normalizeBudgets(o['budgets']);
     this.currency = this.budgets[0]!.currency;
@@ -68,6 +80,15 @@ export class AsyncBudgetGuard {
       throw invalid('clock', 'an object with a now() method', clock);
     this.clock = clock as Pick<Clock, 'now'>;
     this.windows = new BudgetWindows(this.budgets);
+    this.thresholds = new Thresholds(this.budgets, this.windows);
+    if (o['onThreshold'] !== undefined)
+      this.thresholds.on(fn('onThreshold', o['onThreshold']) as (e: ThresholdEvent) => void);
+  }
+
+  /** Subscribe to threshold events; returns a function that unsubscribes. */
+  onThreshold(listener: (event: ThresholdEvent) => void): () => void {
+    fn('listener', listener);
+    return this.thresholds.on(listener);
   }
 
   /** Reserve on every budget that applies to `key`, all or nothing; a refusal is a value. */
@@ -85,6 +106,8 @@ export class AsyncBudgetGuard {
       this.reservationTtlMs,
     );
     const result = await this.ledger.reserve(request.entries, now);
+    if (result.ok && this.thresholds.listening && estimateMicros > 0)
+      this.checkThresholds(result.totals, estimateMicros, now);
     return decisionOf(this.budgets, this.currency, request, result);
   }
 
@@ -106,7 +129,12 @@ export class AsyncBudgetGuard {
     now: number = this.clock.now(),
   ): Promise<boolean> {
     checkMicros(actualMicros, 'actualMicros');
-    return (await this.ledger.settle(reservationIdOf(reservation), actualMicros, now)).found;
+    const result = await this.ledger.settle(reservationIdOf(reservation), actualMicros, now);
+    const extra = actualMicros - reservation.estimateMicros;
+    // The spend lands in the window the reservation was made in (a late settle: the previous one).
+    if (result.found && extra > 0 && this.thresholds.listening)
+      this.checkThresholds(result.totals, extra, now, reservation.reservedAt);
+    return result.found;
   }
 
   /** The call was not sent: give its reservation back. */
@@ -117,6 +145,33 @@ export class AsyncBudgetGuard {
   /** Spend per budget (and key) in its current window. */
   async spend(now: number = this.clock.now()): Promise<BudgetSpend[]> {
     return spendFromSnapshot(this.budgets, this.windows, await this.ledger.snapshot(now), now);
+  }
+
+  /**
+   * Claim each threshold the change crossed (see `BudgetGuard`): not awaited by the call that
+   * crossed it, which goes on; a claim that fails leaves it to this guard's memory (better an event
+   * twice than none).
+   */
+  private checkThresholds(
+    totals: readonly LedgerTotals[],
+    deltaMicros: number,
+    now: number,
+    datedAt: number = now,
+  ): void {
+    const ledger = this.ledger;
+    for (const crossing of this.thresholds.crossed(totals, deltaMicros, now, datedAt)) {
+      const mine: ThresholdClaimResult = { claimed: true, firedAt: now };
+      if (ledger.claimThreshold === undefined) {
+        this.thresholds.claimed(crossing, mine);
+        continue;
+      }
+      new Promise<ThresholdClaimResult>((resolve) =>
+        resolve(ledger.claimThreshold!(crossing.claim, now)),
+      ).then(
+        (result) => this.thresholds.claimed(crossing, result),
+        () => this.thresholds.claimed(crossing, mine),
+      );
+    }
   }
 }
 

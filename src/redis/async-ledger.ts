@@ -9,6 +9,8 @@ import type {
   LedgerReserveResult,
   LedgerSettleResult,
   LedgerWindow,
+  ThresholdClaim,
+  ThresholdClaimResult,
 } from '../budget/ledger.js';
 import { invalid } from '../validate.js';
 
@@ -19,6 +21,11 @@ export interface AsyncLedger {
    * even if the ledger applies it late: the caller sends nothing and never releases it.
    */
   reserve(entries: readonly LedgerEntry[], now: number): Promise<LedgerReserveResult>;
+  /**
+   * Optional, as `Ledger.claimThreshold`: record a threshold crossed once per window across the
+   * processes sharing the ledger. Without it, each `AsyncBudgetGuard` remembers what it fired itself.
+   */
+  claimThreshold?(claim: ThresholdClaim, now: number): Promise<ThresholdClaimResult>;
   settle(reservationId: string, actualMicros: number, now: number): Promise<LedgerSettleResult>;
   release(reservationId: string, now: number): Promise<LedgerSettleResult>;
   snapshot(now: number): Promise<LedgerWindow[]>;
@@ -48,5 +55,8 @@ export function asyncLedger(ledger: Ledger): AsyncLedger {
     snapshot: wrap((now: number) => ledger.snapshot(now)),
     reset: wrap((budgetId?: string) => ledger.reset(budgetId)),
     close: wrap(() => ledger.close()),
+    ...(typeof ledger.claimThreshold === 'function' && {
+      claimThreshold: wrap((claim: ThresholdClaim, now: number) => ledger.claimThreshold!(claim, now)),
+    }),
   };
 }

@@ -539,3 +539,24 @@ for _, wid in ipairs(redis.call('SMEMBERS', P .. ':i')) do
 end
 return dropped
 `;
+
+/**
+ * Claim a threshold of one window (`Ledger.claimThreshold`): recorded in the window's hash as field
+ * `f:<threshold>` = when it fired, so a claim lives and goes with its window (dropped, reset). Fired
+ * already (rolling: less than `rollingMs` ago): not claimed, and when it fired is answered. A window
+ * not in the ledger claims nothing. Runs on no other key: a crossing costs one short script.
+ * KEYS: the ledger tag key. ARGV: now, window id, threshold (as text), rollingMs ('' calendar).
+ * Reply: {1, now} claimed, {0, firedAt} fired already, {0} no such window.
+ */
+export const LEDGER_CLAIM_LUA = `
+local w = KEYS[1] .. ':w:' .. ARGV[2]
+if redis.call('EXISTS', w) == 0 then return { 0 } end
+local field = 'f:' .. ARGV[3]
+local last = redis.call('HGET', w, field)
+if last then
+  local rm = tonumber(ARGV[4])
+  if not rm or tonumber(ARGV[1]) - tonumber(last) < rm then return { 0, last } end
+end
+redis.call('HSET', w, field, ARGV[1])
+return { 1, ARGV[1] }
+`;

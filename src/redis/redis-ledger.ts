@@ -5,8 +5,10 @@ import type {
   LedgerSettleResult,
   LedgerTotals,
   LedgerWindow,
+  ThresholdClaim,
+  ThresholdClaimResult,
 } from '../budget/ledger.js';
-import { checkLedgerEntries, checkLedgerNow, windowKey } from '../budget/ledger.js';
+import { checkLedgerEntries, checkLedgerNow, checkThresholdClaim, windowKey } from '../budget/ledger.js';
 import { checkMicros } from '../budget/money.js';
 import { InvalidCostError, StoreUnavailableError } from '../errors.js';
 import { integer, invalid, nonEmptyString, onlyKnownKeys, plainObject } from '../validate.js';
@@ -14,6 +16,7 @@ import type { AsyncLedger } from './async-ledger.js';
 import { CommandRunner, connectRedis, loadedScript, type RedisClient } from './redis-client.js';
 import { DigestCache } from './redis-keys.js';
 import {
+  LEDGER_CLAIM_LUA,
   LEDGER_RESERVE_LUA,
   LEDGER_RESET_LUA,
   LEDGER_SETTLE_LUA,
@@ -38,6 +41,7 @@ const scripts = {
   settle: loadedScript('ledger settle', LEDGER_SETTLE_LUA),
   snapshot: loadedScript('ledger snapshot', LEDGER_SNAPSHOT_LUA),
   reset: loadedScript('ledger reset', LEDGER_RESET_LUA),
+  claim: loadedScript('ledger claim', LEDGER_CLAIM_LUA),
 };
 
 /**
@@ -176,6 +180,24 @@ export class RedisLedger implements AsyncLedger {
 
   release(reservationId: string, now: number): Promise<LedgerSettleResult> {
     return this.apply(reservationId, '', now);
+  }
+
+  async claimThreshold(claim: ThresholdClaim, now: number): Promise<ThresholdClaimResult> {
+    this.checkOpen();
+    checkLedgerNow(now);
+    checkThresholdClaim(claim);
+    const { start, end } = windowKey(claim);
+    const wid = `${this.digests.get(claim.budgetId)}:${start}:${end}`;
+    const rollingMs = claim.rollingMs === undefined ? '' : String(claim.rollingMs);
+    const reply = (await this.runner.evalsha(scripts.claim, 1, [
+      this.tagKey,
+      String(now),
+      wid,
+      String(claim.threshold),
+      rollingMs,
+    ])) as (string | number)[];
+    const firedAt = reply[1] === undefined ? undefined : num(reply[1]);
+    return { claimed: reply[0] === 1, firedAt };
   }
 
   async snapshot(now: number): Promise<LedgerWindow[]> {

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Ledger, LedgerEntry, ThresholdClaim } from '../../src/budget/ledger.js';
+import type { Ledger, LedgerEntry, ThresholdClaim, ThresholdClaimResult } from '../../src/budget/ledger.js';
 import { InvalidOptionError } from '../../src/errors.js';
 import type { AsyncLedger } from '../../src/redis/async-ledger.js';
 
@@ -30,6 +30,24 @@ export function asyncLedgerContract(
 }
 
 type AnyLedger = Ledger | AsyncLedger;
+
+// A bad argument is refused as the ledger answers: thrown by a synchronous ledger, rejected by an
+// asynchronous one.
+async function expectRefused(
+  call: () => unknown,
+  expected: string | RegExp | (new (...args: never[]) => Error),
+): Promise<void> {
+  let outcome: unknown;
+  try {
+    outcome = call();
+  } catch (error) {
+    expect(() => {
+      throw error;
+    }).toThrow(expected as never);
+    return;
+  }
+  await expect(outcome as Promise<unknown>).rejects.toThrow(expected as never);
+}
 
 // The cases, written once: every ledger call is awaited (a no-op on a synchronous answer). `mode`
 // only decides how a closed ledger must refuse: a synchronous ledger throws, an asynchronous one rejects.
@@ -568,10 +586,20 @@ function cases(makeLedger: () => AnyLedger, mode: 'sync' | 'async'): void {
     else await expect(ledger.reserve([day()], 1)).rejects.toThrow(/closed/);
   });
 
-  // Threshold claims (`Ledger.claimThreshold`): the synchronous ledgers record them; the asynchronous
-  // ones have none (AsyncBudgetGuard emits no threshold events).
-  describe.skipIf(mode === 'async')('threshold claims', () => {
-    const claimer = () => make() as Ledger & Required<Pick<Ledger, 'claimThreshold'>>;
+  // Threshold claims (`Ledger.claimThreshold`, optional, but every ledger of tollgate has it): awaited,
+  // a no-op on a synchronous answer.
+  describe('threshold claims', () => {
+    type Claimer = {
+      claimThreshold(
+        claim: ThresholdClaim,
+        now: number,
+      ): ThresholdClaimResult | Promise<ThresholdClaimResult>;
+    };
+    const claimer = () => {
+      const ledger = make();
+      expect(typeof ledger.claimThreshold).toBe('function');
+      return ledger as AnyLedger & Claimer;
+    };
     const claimOf = (over: Partial<ThresholdClaim> = {}): ThresholdClaim => ({
       budgetId: 'day',
       windowStart: 0,
@@ -583,15 +611,18 @@ function cases(makeLedger: () => AnyLedger, mode: 'sync' | 'async'): void {
     it('a threshold is claimed once per calendar window; another threshold, or the next window, has its own', async () => {
       const ledger = claimer();
       await reserveOk(ledger, [day()], 10);
-      expect(ledger.claimThreshold(claimOf(), 20)).toEqual({ claimed: true, firedAt: 20 });
-      expect(ledger.claimThreshold(claimOf(), 30)).toEqual({ claimed: false, firedAt: 20 });
-      expect(ledger.claimThreshold(claimOf({ threshold: 0.8 }), 40)).toEqual({ claimed: true, firedAt: 40 });
+      expect(await ledger.claimThreshold(claimOf(), 20)).toEqual({ claimed: true, firedAt: 20 });
+      expect(await ledger.claimThreshold(claimOf(), 30)).toEqual({ claimed: false, firedAt: 20 });
+      expect(await ledger.claimThreshold(claimOf({ threshold: 0.8 }), 40)).toEqual({
+        claimed: true,
+        firedAt: 40,
+      });
       await reserveOk(ledger, [day({ windowStart: DAY, windowEnd: 2 * DAY })], DAY + 10);
       const next = claimOf({ windowStart: DAY, windowEnd: 2 * DAY });
-      expect(ledger.claimThreshold(next, DAY + 20)).toEqual({ claimed: true, firedAt: DAY + 20 });
+      expect(await ledger.claimThreshold(next, DAY + 20)).toEqual({ claimed: true, firedAt: DAY + 20 });
       // The previous window keeps its claims (a late settle may cross its thresholds).
-      expect(ledger.claimThreshold(claimOf(), DAY + 30)).toEqual({ claimed: false, firedAt: 20 });
-      expect(ledger.claimThreshold(claimOf({ threshold: 1 }), DAY + 40)).toEqual({
+      expect(await ledger.claimThreshold(claimOf(), DAY + 30)).toEqual({ claimed: false, firedAt: 20 });
+      expect(await ledger.claimThreshold(claimOf({ threshold: 1 }), DAY + 40)).toEqual({
         claimed: true,
         firedAt: DAY + 40,
       });
@@ -608,26 +639,29 @@ function cases(makeLedger: () => AnyLedger, mode: 'sync' | 'async'): void {
         rollingMs: 60_000,
         threshold: 0.5,
       };
-      expect(ledger.claimThreshold(claim, t)).toEqual({ claimed: true, firedAt: t });
+      expect(await ledger.claimThreshold(claim, t)).toEqual({ claimed: true, firedAt: t });
       // The window slides: the claim finds it whatever bounds the caller saw.
       const later = { ...claim, windowStart: t, windowEnd: t + 60_000 };
-      expect(ledger.claimThreshold(later, t + 59_999)).toEqual({ claimed: false, firedAt: t });
-      expect(ledger.claimThreshold(later, t + 60_000)).toEqual({ claimed: true, firedAt: t + 60_000 });
-      expect(ledger.claimThreshold(later, t + 60_001)).toEqual({ claimed: false, firedAt: t + 60_000 });
+      expect(await ledger.claimThreshold(later, t + 59_999)).toEqual({ claimed: false, firedAt: t });
+      expect(await ledger.claimThreshold(later, t + 60_000)).toEqual({ claimed: true, firedAt: t + 60_000 });
+      expect(await ledger.claimThreshold(later, t + 60_001)).toEqual({ claimed: false, firedAt: t + 60_000 });
     });
 
     it('a window not in the ledger claims nothing; claims go with their window and with reset', async () => {
       const ledger = claimer();
-      expect(ledger.claimThreshold(claimOf(), 10)).toEqual({ claimed: false, firedAt: undefined });
+      expect(await ledger.claimThreshold(claimOf(), 10)).toEqual({ claimed: false, firedAt: undefined });
       await reserveOk(ledger, [day()], 10);
-      expect(ledger.claimThreshold(claimOf(), 11).claimed).toBe(true);
+      expect((await ledger.claimThreshold(claimOf(), 11)).claimed).toBe(true);
       await ledger.reset('day');
-      expect(ledger.claimThreshold(claimOf(), 12)).toEqual({ claimed: false, firedAt: undefined });
+      expect(await ledger.claimThreshold(claimOf(), 12)).toEqual({ claimed: false, firedAt: undefined });
       await reserveOk(ledger, [day()], 13);
-      expect(ledger.claimThreshold(claimOf(), 14)).toEqual({ claimed: true, firedAt: 14 });
+      expect(await ledger.claimThreshold(claimOf(), 14)).toEqual({ claimed: true, firedAt: 14 });
       // Two windows later the first is dropped, its claims with it.
       await reserveOk(ledger, [day({ windowStart: 2 * DAY, windowEnd: 3 * DAY })], 2 * DAY);
-      expect(ledger.claimThreshold(claimOf(), 2 * DAY + 1)).toEqual({ claimed: false, firedAt: undefined });
+      expect(await ledger.claimThreshold(claimOf(), 2 * DAY + 1)).toEqual({
+        claimed: false,
+        firedAt: undefined,
+      });
     });
 
     it('a bad claim is refused naming the field, and records nothing', async () => {
@@ -640,11 +674,11 @@ function cases(makeLedger: () => AnyLedger, mode: 'sync' | 'async'): void {
         [{ threshold: 0 }, 'claim.threshold'],
         [{ threshold: 1.5 }, 'claim.threshold'],
       ] as const) {
-        expect(() => ledger.claimThreshold(claimOf(over), 11)).toThrow(InvalidOptionError);
-        expect(() => ledger.claimThreshold(claimOf(over), 11)).toThrow(`\`${field}\``);
+        await expectRefused(() => ledger.claimThreshold(claimOf(over), 11), InvalidOptionError);
+        await expectRefused(() => ledger.claimThreshold(claimOf(over), 11), `\`${field}\``);
       }
-      expect(() => ledger.claimThreshold(claimOf(), Number.NaN)).toThrow(/`now`/);
-      expect(ledger.claimThreshold(claimOf(), 12)).toEqual({ claimed: true, firedAt: 12 });
+      await expectRefused(() => ledger.claimThreshold(claimOf(), Number.NaN), /`now`/);
+      expect(await ledger.claimThreshold(claimOf(), 12)).toEqual({ claimed: true, firedAt: 12 });
     });
   });
 }

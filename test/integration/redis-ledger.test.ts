@@ -214,3 +214,62 @@ describe.skipIf(skip !== false)('shared gates with a Redis budget', () => {
     await ledger.close();
   });
 });
+
+describe.skipIf(skip !== false)('threshold events through a Redis ledger', () => {
+  it('fire once per threshold and period across processes sharing the ledger, a restarted one too', async () => {
+    const keyPrefix = `${prefix}-thresholds`;
+    const ledgers: RedisLedger[] = [];
+    const events: [string, string | undefined, number][] = [];
+    // Each guard on its own connection, as separate processes would be.
+    const guard = (name: string) => {
+      const ledger = new RedisLedger({ redis: REDIS_URL, keyPrefix });
+      ledgers.push(ledger);
+      return new AsyncBudgetGuard({
+        budgets: [
+          { name: 'day', limit: 2, period: 'day', thresholds: [0.5, 0.8] },
+          { name: 'per-key', limit: 1, period: 'day', perKey: true, thresholds: [0.5] },
+        ],
+        ledger,
+        onThreshold: (e) => events.push([name, e.key, e.threshold]),
+      });
+    };
+    // A claim is sent on its guard's connection when the reserve that crossed answers: a command
+    // sent after it on each connection is answered after it (Redis and ioredis keep their order).
+    const claimsAnswered = async () => {
+      for (const ledger of ledgers) await ledger.snapshot(Date.now());
+      await new Promise((resolve) => setImmediate(resolve));
+    };
+    try {
+      const a = guard('a');
+      const b = guard('b');
+      await a.reserve(600_000, 'k1');
+      const second = await b.reserve(500_000, 'k2');
+      await claimsAnswered();
+      expect(events).toEqual([
+        ['a', 'k1', 0.5],
+        ['b', undefined, 0.5],
+        ['b', 'k2', 0.5],
+      ]);
+      // Spend dips under 50% (the day's and k2's) and crosses it again through the other guard:
+      // nothing more.
+      await b.release(second);
+      const third = await a.reserve(500_000, 'k2');
+      await claimsAnswered();
+      expect(events).toHaveLength(3);
+      // A guard made afresh (a restarted process): the day's 50% is not fired again; a new key's
+      // 50% and the day's 80% are new, and its own.
+      await a.release(third);
+      const c = guard('c');
+      await c.reserve(500_000, 'k4');
+      await c.reserve(500_000, 'k5');
+      await claimsAnswered();
+      expect(events.slice(3)).toEqual([
+        ['c', 'k4', 0.5],
+        ['c', undefined, 0.8],
+        ['c', 'k5', 0.5],
+      ]);
+    } finally {
+      for (const ledger of ledgers) await ledger.close();
+    }
+  });
+});
