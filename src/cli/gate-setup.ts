@@ -24,7 +24,7 @@ export interface GateConfig {
   /** Apply `limits` to each origin (partition key) instead of to the whole run. */
   readonly perHost: boolean;
   readonly budgets: readonly BudgetSpec[];
-  /** Ledger file for the budgets, or `memory` (not persisted). */
+  /** Ledger file for the budgets, `memory` (not persisted), or `redis` (the Redis of `redis`). */
   readonly ledger: string | undefined;
   readonly headerAdapt: boolean;
   /** Extra adaptation options (config file only), e.g. `{ pacing: 'spread', maxRetries: 5 }`. */
@@ -72,11 +72,17 @@ const localShare = 0.25;
 
 export interface RunGate {
   readonly gate: RunnableGate;
-  readonly guard: BudgetGuard | undefined;
-  /** Where the budgets' spend is recorded (a path, or `memory`). */
+  /** The budgets' currency; undefined without budgets. */
+  readonly currency: string | undefined;
+  /** Where the budgets' spend is recorded: a path, `memory`, or `redis:<key prefix>`. */
   readonly ledgerLabel: string | undefined;
-  /** Spend per budget now (empty without budgets). */
+  /**
+   * Spend per budget (empty without budgets): now, or, for the Redis ledger, as last read (every
+   * half second, and by `readSpend`).
+   */
   spend(): BudgetSpend[];
+  /** Read the spend now (the Redis ledger: one round trip). */
+  readSpend(): Promise<BudgetSpend[]>;
   /** Redis mode only (undefined otherwise): what the shared gate did while Redis was down. */
   sharedStore(): SharedStoreReport | undefined;
   close(): Promise<void>;
@@ -92,21 +98,36 @@ export interface GateSetUpHooks {
 // specifiers, so that a build without it still compiles and bundles, and says so at run time.
 const sharedGateModules = ['./redis.js', '../redis/index.js', '../redis/shared-gate.js'];
 
+/** What `--ledger redis` uses of the budget guard on the Redis ledger (`AsyncBudgetGuard`). */
+interface SharedBudgetGuard {
+  readonly currency: string;
+  tryReserve(estimateMicros: number, key?: string, now?: number): Promise<unknown>;
+  settle(reservation: never, actualMicros: number, now?: number): Promise<boolean>;
+  release(reservation: never, now?: number): Promise<boolean>;
+  spend(): Promise<BudgetSpend[]>;
+}
+
 type SharedGateFactory = (
   options: Omit<GateOptions, 'budget'> & {
     redis: string;
     keyPrefix?: string;
-    budget?: BudgetGuard;
+    budget?: BudgetGuard | SharedBudgetGuard;
     failure: 'local';
     localShare: number;
   },
 ) => RunnableGate & Partial<SharedGateExtras>;
 
-async function sharedGateFactory(): Promise<SharedGateFactory | undefined> {
+/** The Redis ledger and its guard, from the same module as the shared gate (see `sharedGateModules`). */
+interface RedisBudgetModule {
+  RedisLedger: new (options: { redis: string; keyPrefix?: string }) => { close(): Promise<void> };
+  createAsyncBudgetGuard: (options: { budgets: BudgetSpec[]; ledger: unknown }) => SharedBudgetGuard;
+}
+
+async function redisModule(): Promise<Record<string, unknown> | undefined> {
   for (const specifier of sharedGateModules) {
     try {
       const mod = (await import(specifier)) as Record<string, unknown>;
-      if (typeof mod['createSharedGate'] === 'function') return mod['createSharedGate'] as SharedGateFactory;
+      if (typeof mod['createSharedGate'] === 'function') return mod;
     } catch {
       // Not in this build: try the next place.
     }
@@ -219,21 +240,91 @@ function watchStore(gate: Partial<SharedGateExtras>, url: string, log: (line: st
   };
 }
 
-export async function setUpGate(config: GateConfig, hooks: GateSetUpHooks = {}): Promise<RunGate> {
-  let guard: BudgetGuard | undefined;
-  let ledgerLabel: string | undefined;
-  if (config.budgets.length > 0) {
-    const ledger = config.ledger ?? defaultLedgerPath();
-    ledgerLabel = ledger;
-    try {
-      guard = createBudgetGuard({
-        budgets: [...config.budgets],
-        ledger: ledger === 'memory' ? 'memory' : { path: ledger },
-      });
-    } catch (error) {
-      rethrow(error, 'Invalid --budget or --ledger');
-    }
+/** The budgets of a run and where they are recorded (see `setUpGate`). */
+interface RunBudget {
+  readonly guard: BudgetGuard | SharedBudgetGuard;
+  readonly label: string;
+  spend(): BudgetSpend[];
+  readSpend(): Promise<BudgetSpend[]>;
+  close(): Promise<void>;
+}
+
+/** Spend is read again this often while a run records it in Redis (for the progress line). */
+const redisSpendEveryMs = 500;
+
+function fileBudget(config: GateConfig): RunBudget {
+  const ledger = config.ledger ?? defaultLedgerPath();
+  let guard: BudgetGuard;
+  try {
+    guard = createBudgetGuard({
+      budgets: [...config.budgets],
+      ledger: ledger === 'memory' ? 'memory' : { path: ledger },
+    });
+  } catch (error) {
+    rethrow(error, 'Invalid --budget or --ledger');
   }
+  return {
+    guard,
+    label: ledger,
+    spend: () => guard.spend(),
+    readSpend: async () => guard.spend(),
+    close: async () => guard.close(),
+  };
+}
+
+/**
+ * `--ledger redis`: the budgets in the Redis ledger of `--redis` (key prefix `--redis-prefix`), shared
+ * by every process using it, as `tollgate budget show --redis` reads them. Fail-closed: while Redis
+ * does not answer, a call that would reserve money is not sent (StoreUnavailableError).
+ */
+function redisBudget(config: GateConfig, mod: Record<string, unknown>): RunBudget {
+  const { RedisLedger, createAsyncBudgetGuard } = mod as unknown as Partial<RedisBudgetModule>;
+  if (typeof RedisLedger !== 'function' || typeof createAsyncBudgetGuard !== 'function')
+    throw new CliError('--ledger redis is not available in this build: it has no Redis ledger.');
+  let ledger: InstanceType<RedisBudgetModule['RedisLedger']> | undefined;
+  let guard: SharedBudgetGuard;
+  try {
+    ledger = new RedisLedger({
+      redis: config.redis!,
+      ...(config.redisPrefix === undefined ? {} : { keyPrefix: config.redisPrefix }),
+    });
+    guard = createAsyncBudgetGuard({ budgets: [...config.budgets], ledger });
+  } catch (error) {
+    void ledger?.close();
+    rethrow(error, 'Invalid --budget or --ledger');
+  }
+  let last: BudgetSpend[] = [];
+  const readSpend = async () => {
+    last = await guard.spend();
+    return last;
+  };
+  // The progress line reads spend synchronously: it shows the last reading (a failed one keeps it).
+  const timer = setInterval(() => readSpend().catch(() => {}), redisSpendEveryMs);
+  timer.unref?.();
+  void readSpend().catch(() => {});
+  return {
+    guard,
+    label: `redis:${config.redisPrefix ?? 'tollgate'}`,
+    spend: () => last,
+    readSpend,
+    close: async () => {
+      clearInterval(timer);
+      await ledger.close();
+    },
+  };
+}
+
+export async function setUpGate(config: GateConfig, hooks: GateSetUpHooks = {}): Promise<RunGate> {
+  const mod = config.redis === undefined ? undefined : await redisModule();
+  if (config.redis !== undefined && mod === undefined) {
+    throw new CliError(
+      'Redis mode is not available in this build: it has no shared gate to connect to ' +
+        `${safeUrlText(config.redis)}. Run without --redis (limits then hold for this process only).`,
+    );
+  }
+  let budget: RunBudget | undefined;
+  if (config.budgets.length > 0)
+    budget = config.ledger === 'redis' ? redisBudget(config, mod!) : fileBudget(config);
   const options: Omit<GateOptions, 'budget'> = {
     limits: config.perHost ? [] : config.limits,
     perKey: config.perHost ? config.limits : [],
@@ -246,18 +337,12 @@ export async function setUpGate(config: GateConfig, hooks: GateSetUpHooks = {}):
   let unwatch = () => {};
   try {
     if (config.redis !== undefined) {
-      const factory = await sharedGateFactory();
-      if (factory === undefined) {
-        throw new CliError(
-          'Redis mode is not available in this build: it has no shared gate to connect to ' +
-            `${safeUrlText(config.redis)}. Run without --redis (limits then hold for this process only).`,
-        );
-      }
+      const factory = mod!['createSharedGate'] as SharedGateFactory;
       shared = factory({
         ...options,
         redis: config.redis,
         ...(config.redisPrefix === undefined ? {} : { keyPrefix: config.redisPrefix }),
-        ...(guard === undefined ? {} : { budget: guard }),
+        ...(budget === undefined ? {} : { budget: budget.guard }),
         failure: 'local',
         localShare,
       }) as RunnableGate & Partial<SharedGateExtras>;
@@ -265,18 +350,20 @@ export async function setUpGate(config: GateConfig, hooks: GateSetUpHooks = {}):
       const log = hooks.log ?? ((line: string) => process.stderr.write(`${line}\n`));
       unwatch = watchStore(shared, config.redis, log);
     } else {
+      const guard = budget?.guard as BudgetGuard | undefined;
       gate = createGate(guard === undefined ? options : { ...options, budget: guard });
     }
   } catch (error) {
-    guard?.close();
+    await budget?.close();
     if (error instanceof CliError) throw error;
     rethrow(error, config.redis === undefined ? 'Invalid limits' : 'Cannot start the shared gate');
   }
   return {
     gate,
-    guard,
-    ledgerLabel,
-    spend: () => guard?.spend() ?? [],
+    currency: budget?.guard.currency,
+    ledgerLabel: budget?.label,
+    spend: () => budget?.spend() ?? [],
+    readSpend: async () => (await budget?.readSpend()) ?? [],
     sharedStore: () => {
       if (typeof shared?.stats !== 'function') return undefined;
       const stats = shared.stats();
@@ -285,7 +372,7 @@ export async function setUpGate(config: GateConfig, hooks: GateSetUpHooks = {}):
     close: async () => {
       unwatch();
       await gate.close({ queued: 'reject' });
-      guard?.close();
+      await budget?.close();
     },
   };
 }

@@ -82,7 +82,8 @@ Money:
                            name=5usd/day, $20/month, 2usd/24h rolling, 5eur/day@Europe/Berlin)
   --price 0.002usd         estimate per request (a line's "price" wins)
   --price-header NAME      actual price per response, in major units (e.g. x-request-cost)
-  --ledger PATH|memory     where budgets are recorded (default .tollgate/ledger.sqlite)
+  --ledger PATH|memory|redis   where budgets are recorded (default .tollgate/ledger.sqlite;
+                           redis: in the Redis of --redis, shared by every process using it)
 
 Input and output:
   -o, --out FILE           results (default: <input>.results.jsonl next to the input)
@@ -447,12 +448,13 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
       throw new CliError(`${label('priceTable')}: ${(error as Error).message}`);
     }
   }
+  // 'memory' and 'redis' are words, not files (a file of that name: ./memory, ./redis).
   let ledger: string | undefined;
-  if (values.ledger !== undefined)
-    ledger = values.ledger === 'memory' ? 'memory' : resolve(cwd, values.ledger);
+  const ledgerWord = (text: string) => (text === 'memory' || text === 'redis' ? text : undefined);
+  if (values.ledger !== undefined) ledger = ledgerWord(values.ledger) ?? resolve(cwd, values.ledger);
   else if (file.ledger !== undefined) {
-    const text = asStringOrNumber(label('ledger'), file.ledger);
-    ledger = text === 'memory' ? 'memory' : resolve(fileDir, text);
+    const text = String(asStringOrNumber(label('ledger'), file.ledger));
+    ledger = ledgerWord(text) ?? resolve(fileDir, text);
   }
   if (budgets.length > 0 && priceMicros === undefined) {
     warnings.push(
@@ -606,6 +608,15 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
     (file.redisPrefix === undefined ? undefined : asStringOrNumber(label('redisPrefix'), file.redisPrefix));
   if (redisPrefix !== undefined && redis === undefined)
     warnings.push('--redis-prefix has no effect without --redis.');
+  if (ledger === 'redis' && redis === undefined)
+    throw new CliError(
+      `${named('ledger', 'ledger')} redis records budgets in the Redis that --redis names: give --redis URL too`,
+    );
+  if (redis !== undefined && budgets.length > 0 && ledger === undefined)
+    warnings.push(
+      "Budgets are recorded in this machine's ledger file, not shared through --redis: processes elsewhere each " +
+        'spend the whole budget. Add --ledger redis to share them (a budget already spent in the file starts from zero there).',
+    );
 
   const config: RunConfig = {
     input,

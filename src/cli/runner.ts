@@ -182,7 +182,8 @@ function overlongLine(line: Line & { text: undefined }): MalformedLineError {
 function errorMessage(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
   const cause = (error as { cause?: unknown }).cause;
-  return cause instanceof Error && cause.message !== error.message
+  // A cause whose words the message already holds is not said twice.
+  return cause instanceof Error && !error.message.includes(cause.message)
     ? `${error.message}: ${cause.message}`
     : error.message;
 }
@@ -341,12 +342,12 @@ export async function runBatch(
     hooks.onPause?.({ at: now, untilMs: event.untilMs, key: event.key, reason: event.reason });
   });
 
-  const currency = run.guard?.currency ?? 'usd';
+  const currency = run.currency ?? 'usd';
   let spentThisRun = 0;
   const state = (): ProgressState => {
     const elapsedSec = firstStart === undefined ? 0 : (gate.now() - firstStart) / 1000;
     let spend = '';
-    if (run.guard !== undefined) {
+    if (run.currency !== undefined) {
       const first = run.spend()[0];
       if (first !== undefined) {
         const held =
@@ -655,7 +656,8 @@ export async function runBatch(
     progress.stop(state());
     log = toStderr;
     writer.close();
-    spend = run.spend();
+    // Read now: the Redis ledger's last reading may be half a second old (a failed read keeps it).
+    spend = await run.readSpend().catch(() => run.spend());
     sharedStore = run.sharedStore();
     await run.close();
   }

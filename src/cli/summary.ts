@@ -60,9 +60,7 @@ export function formatSummary(report: RunReport): string {
       );
     }
     if (report.ledger !== undefined) {
-      lines.push(
-        `  ledger     ${report.ledger === 'memory' ? 'memory (not kept)' : shortPath(report.ledger)}`,
-      );
+      lines.push(`  ledger     ${ledgerText(report.ledger)}`);
     }
   }
 
@@ -102,6 +100,19 @@ function shellWord(text: string): string {
   return /^[\w@%+=:,./-]+$/.test(text) ? text : `'${text.replaceAll("'", `'\\''`)}'`;
 }
 
+/** The key prefix of a run's Redis ledger (its label is `redis:<prefix>`), or undefined. */
+function redisLedgerPrefix(ledger: string | undefined): string | undefined {
+  return ledger?.startsWith('redis:') ? ledger.slice('redis:'.length) : undefined;
+}
+
+function ledgerText(ledger: string): string {
+  if (ledger === 'memory') return 'memory (not kept)';
+  const prefix = redisLedgerPrefix(ledger);
+  return prefix === undefined
+    ? shortPath(ledger)
+    : `Redis, key prefix ${prefix} (shared with every process using it)`;
+}
+
 /**
  * ` (or \`tollgate budget reset …\`)` for the budget that stopped the run, in the ledger it used:
  * without `--budget` the command resets every budget, and without `--ledger` the default file.
@@ -110,7 +121,12 @@ function resetHint(ledger: string | undefined, budgetId: string): string {
   // A memory ledger is not kept: a re-run starts from zero, there is nothing to reset.
   if (ledger === 'memory') return '';
   const words = ['tollgate', 'budget', 'reset'];
-  if (ledger !== undefined && resolve(ledger) !== defaultLedgerPath())
+  const prefix = redisLedgerPrefix(ledger);
+  // The Redis URL is not repeated (it may hold a password): URL stands for it.
+  if (prefix !== undefined) {
+    words.push('--redis', 'URL');
+    if (prefix !== 'tollgate') words.push('--key-prefix', shellWord(prefix));
+  } else if (ledger !== undefined && resolve(ledger) !== defaultLedgerPath())
     words.push('--ledger', shellWord(shortPath(ledger)));
   words.push('--budget', shellWord(budgetId), '--yes');
   return ` (or \`${words.join(' ')}\`)`;

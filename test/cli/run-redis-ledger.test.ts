@@ -1,0 +1,156 @@
+/**
+ * `tollgate run --redis URL --ledger redis`: budgets recorded in the Redis ledger, shared by every
+ * process using it (without it, each machine's ledger file holds its own budget).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseRunOptions } from '../../src/cli/run-options.js';
+import { REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
+import { cliErrorMessage, closedPort, readResults, runCli, writeJsonl } from './cli-helpers.js';
+
+const skip = await redisSkipReason();
+if (skip) console.log(`[cli run --ledger redis] Redis suites skipped (${skip})`);
+
+let dir: string;
+let server: Server;
+let target: string;
+let received = 0;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'tollgate-redis-ledger-'));
+  server = createServer((req, res) => {
+    received++;
+    req.resume();
+    res.setHeader('content-type', 'application/json');
+    res.end('{"ok":true}');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  target = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+afterAll(async () => {
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function input(name: string, count: number): string {
+  const path = join(dir, `${name}.jsonl`);
+  writeJsonl(
+    path,
+    Array.from({ length: count }, (_, i) => ({ id: i + 1, url: `${target}/v1/${name}/${i + 1}` })),
+  );
+  return path;
+}
+
+describe('--ledger redis, checked before anything runs', () => {
+  it('needs --redis', () => {
+    expect(
+      cliErrorMessage(() =>
+        parseRunOptions([input('alone', 1), '--ledger', 'redis', '--budget', '1usd/day']),
+      ),
+    ).toBe('--ledger redis records budgets in the Redis that --redis names: give --redis URL too');
+  });
+
+  it('--redis with a budget in the ledger file says the budget is not shared; --ledger redis or memory does not', () => {
+    const file = input('warn', 1);
+    const base = [file, '--redis', 'redis://127.0.0.1:6379', '--budget', '1usd/day', '--price', '0.01usd'];
+    expect(parseRunOptions(base).warnings.join('\n')).toContain(
+      "Budgets are recorded in this machine's ledger file, not shared through --redis",
+    );
+    for (const ledger of ['redis', 'memory']) {
+      const { warnings, config } = parseRunOptions([...base, '--ledger', ledger]);
+      expect(warnings.join('\n')).not.toContain('not shared through --redis');
+      expect(config.ledger).toBe(ledger);
+    }
+    // A file of that name is ./redis.
+    expect(parseRunOptions([...base, '--ledger', './redis'], dir).config.ledger).toBe(join(dir, 'redis'));
+  });
+});
+
+describe.skipIf(skip !== false)('--ledger redis against a real Redis', () => {
+  it('two runs at once share one budget: together they send what it pays for, no more', async () => {
+    const prefix = `cli-ledger-${process.pid}-${Date.now()}`;
+    received = 0;
+    // $0.01 a day at $0.001 a request: 10 requests in all, of the 30 the two runs hold.
+    const run = (name: string) =>
+      runCli([
+        'run',
+        input(name, 15),
+        '--out',
+        join(dir, `${name}.results.jsonl`),
+        '--redis',
+        REDIS_URL,
+        '--redis-prefix',
+        prefix,
+        '--ledger',
+        'redis',
+        '--budget',
+        '0.01usd/day',
+        '--price',
+        '0.001usd',
+        '--progress',
+        'none',
+      ]);
+    const [a, b] = await Promise.all([run('a'), run('b')]);
+    expect(received).toBe(10);
+    for (const result of [a, b]) {
+      // Exit 3: stopped by the budget.
+      expect(result.code, result.stderr).toBe(3);
+      expect(result.stdout).toContain(
+        `ledger     Redis, key prefix ${prefix} (shared with every process using it)`,
+      );
+      expect(result.stdout).toContain(
+        `(or \`tollgate budget reset --redis URL --key-prefix ${prefix} --budget day --yes\`)`,
+      );
+    }
+    const ok = [
+      ...readResults(join(dir, 'a.results.jsonl')),
+      ...readResults(join(dir, 'b.results.jsonl')),
+    ].filter((r) => r['ok'] === true);
+    expect(ok).toHaveLength(10);
+    // The same ledger `tollgate budget --redis` reads.
+    const shown = await runCli(['budget', '--redis', REDIS_URL, '--key-prefix', prefix]);
+    expect(shown.stdout).toMatch(/^day +\$0\.01 +\$0\.00 +\$0\.01 +\$0\.00 /m);
+    await runCli(['budget', 'reset', '--redis', REDIS_URL, '--key-prefix', prefix, '--yes']);
+  }, 60_000);
+});
+
+describe('--ledger redis with a Redis that does not answer', () => {
+  it('sends nothing that would spend money (fail-closed), and says why once per request', async () => {
+    const port = await closedPort();
+    received = 0;
+    const out = join(dir, 'down.results.jsonl');
+    const result = await runCli([
+      'run',
+      input('down', 3),
+      '--out',
+      out,
+      '--redis',
+      `redis://:LEDGER-PW-1@127.0.0.1:${port}`,
+      '--ledger',
+      'redis',
+      '--budget',
+      '1usd/day',
+      '--price',
+      '0.001usd',
+      '--progress',
+      'none',
+    ]);
+    expect(received).toBe(0);
+    expect(result.code, result.stderr).toBe(4);
+    const results = readResults(out);
+    expect(results).toHaveLength(3);
+    for (const r of results) {
+      const error = r['error'] as { code: string; message: string };
+      expect(error.code).toBe('ERR_STORE_UNAVAILABLE');
+      // The client's reason, said once (it was repeated after the message that holds it).
+      expect(error.message).toMatch(/^Redis at 127\.0\.0\.1:\d+ ledger reserve failed: \S/);
+      expect(error.message).not.toMatch(/(.{20,}): \1/);
+    }
+    expect(`${result.stdout}${result.stderr}${JSON.stringify(results)}`).not.toContain('LEDGER-PW-1');
+  }, 60_000);
+});
