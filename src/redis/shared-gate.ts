@@ -204,6 +204,12 @@ interface KeyInfo {
   /** The pause id of the key's reprobe mark (see `REPROBE_SCOPE`). */
   readonly markId: string;
   /**
+   * When the reprobe and pace marks this gate wrote for the key end (gate clock, 0: none): written
+   * again when the store answers after an outage (see `catchUpStore`).
+   */
+  reprobeMarkUntil: number;
+  paceMarkUntil: number;
+  /**
    * The key's pace after Retry-After refusals that said nothing else (see `RoundPace`): only for a
    * key with no configured limit (and AIMD on); unused while it has learned limits.
    */
@@ -753,6 +759,8 @@ export class SharedGate {
       reprobeAt: undefined,
       reprobing: false,
       markId: this.store.pauseId(partition, scope + REPROBE_SCOPE),
+      reprobeMarkUntil: 0,
+      paceMarkUntil: 0,
       pace,
       paceId: pace === undefined ? undefined : this.store.pauseId(partition, scope + PACE_SCOPE),
       asking: 0,
@@ -2133,6 +2141,7 @@ export class SharedGate {
     else if (observation.retryAfterMs !== undefined && verdict.kind !== 'done') {
       if (pace.refused(call.paceSeq, verdict.pauseUntil, now)) {
         const paceScope = info.scope + PACE_SCOPE;
+        info.paceMarkUntil = Math.max(info.paceMarkUntil, verdict.pauseUntil);
         quietly(
           () => this.store.pauseFor(info.partition, verdict.pauseUntil - now, paceScope),
           (error) => this.storeFailed(error),
@@ -2217,6 +2226,7 @@ export class SharedGate {
    */
   private markReprobe(info: KeyInfo, durationMs: number): void {
     if (!(durationMs > 0)) return;
+    info.reprobeMarkUntil = Math.max(info.reprobeMarkUntil, this.clock.now() + durationMs);
     quietly(
       () => this.store.pauseFor(info.partition, durationMs, info.scope + REPROBE_SCOPE),
       (error) => this.storeFailed(error),
@@ -2429,7 +2439,10 @@ export class SharedGate {
   /**
    * The store answers again: give back the permits of calls that finished while it was down (held
    * for a lease otherwise, for every process), and write the pauses still in force here (a 429
-   * seen while it was down) so that no process, this one included, starts inside them.
+   * seen while it was down) so that no process, this one included, starts inside them, with the
+   * reprobe and pace marks this gate wrote that are still in force (written while the store was
+   * down, or lost with it: a restarted Redis; the processes that missed them would send their
+   * queues at the pause's end), before the pauses, as when first written.
    */
   private catchUpStore(): void {
     const abandoned = this.abandonedSlots;
@@ -2443,6 +2456,18 @@ export class SharedGate {
     this.unrefunded = [];
     for (const reservation of refunds) this.refundUntimed(reservation);
     const now = this.clock.now();
+    for (const info of this.allInfos()) {
+      for (const [until, scope] of [
+        [info.reprobeMarkUntil, REPROBE_SCOPE],
+        [info.paceMarkUntil, PACE_SCOPE],
+      ] as const) {
+        if (until <= now) continue;
+        quietly(
+          () => this.store.pauseFor(info.partition, until - now, info.scope + scope),
+          (error) => this.storeFailed(error),
+        );
+      }
+    }
     const written = new Set<string>();
     for (const info of this.allInfos()) {
       info.pauseIds.forEach((pauseId, i) => {

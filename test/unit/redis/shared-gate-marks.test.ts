@@ -1,0 +1,97 @@
+/**
+ * The marks a shared gate writes beside a key's pause (a capped wait's reprobe mark, a Retry-After
+ * round's pace mark) and the pauses it hears of keys it does not know: kept within bounds, read
+ * when the key comes, never reported as pauses, and written again when the store answers after an
+ * outage. Gates on one memory store play processes; manual clock.
+ */
+import { expect, it } from 'vitest';
+import { StoreUnavailableError } from '../../../src/errors.js';
+import type { Inspection } from '../../../src/gate/gate.js';
+import { MemoryStore } from '../../../src/redis/memory-store.js';
+import { createSharedGate } from '../../../src/redis/shared-gate.js';
+import { ManualClock } from '../../helpers/manual-clock.js';
+
+const T0 = 1_000_000;
+const flush = async () => {
+  for (let i = 0; i < 5; i++) await new Promise<void>((resolve) => setImmediate(resolve));
+};
+const refusedForADay: Inspection = { status: 429, headers: { 'retry-after': '86400' } };
+const ok: Inspection = { status: 200, headers: {} };
+
+/** A view of `store` that throws StoreUnavailableError while `state.down` (one process's connection). */
+function flaky(memory: MemoryStore) {
+  const state = { down: false };
+  const store = Object.create(memory) as MemoryStore;
+  for (const method of ['reserve', 'refund', 'time', 'pauseFor', 'recount', 'claimProbe'] as const) {
+    const real = memory[method].bind(memory) as (...args: unknown[]) => unknown;
+    (store as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+      if (state.down) throw new StoreUnavailableError('down');
+      return real(...args);
+    };
+  }
+  return { store, state };
+}
+
+const run = async (clock: ManualClock, ms: number) => {
+  for (let t = 0; t < ms; t += 10) {
+    await flush();
+    clock.advance(10);
+  }
+  await flush();
+};
+
+it('a capped wait answered while the store is down is marked for every process when it answers again', async () => {
+  const clock = new ManualClock(T0);
+  const memory = new MemoryStore({ clock });
+  const { store, state } = flaky(memory);
+  // A configured limit: no first-call probe, so only a reprobe holds the other process's queue.
+  const options = {
+    clock,
+    adapt: { maxRetryAfterMs: 5000 },
+    perKey: [{ algorithm: 'token-bucket', limit: 10, intervalMs: 1000, burst: 10 }],
+    arrivalMarginMs: 0,
+    recoveryProbeMs: 100,
+    failure: 'fail-closed',
+  } as const;
+  const a = createSharedGate({ ...options, store });
+  const b = createSharedGate({ ...options, store: memory });
+  let answer!: (inspection: Inspection) => void;
+  const first = a
+    .schedule(() => new Promise<Inspection>((resolve) => (answer = resolve)), {
+      key: 'api',
+      inspect: (r: Inspection) => r,
+    })
+    .catch((e: { code: string }) => e.code);
+  await run(clock, 20);
+  // The store goes down while the call runs; its answer (a day, capped at 5 s) comes meanwhile:
+  // neither its pause nor its reprobe mark reaches the store.
+  state.down = true;
+  answer(refusedForADay);
+  expect(await first).toBe('ERR_RATE_LIMITED');
+  await run(clock, 30);
+  state.down = false;
+  // Recovered at the next probe (100 ms): the pause still in force is written for every process.
+  await run(clock, 200);
+  const sent: number[] = [];
+  const rest = Array.from({ length: 3 }, () =>
+    b
+      .schedule(
+        () =>
+          new Promise<Inspection>((resolve) => {
+            sent.push(clock.now() - T0);
+            clock.setTimeout(() => resolve(ok), 50);
+          }),
+        { key: 'api', inspect: (r: Inspection) => r },
+      )
+      .then((r) => r.status),
+  );
+  await run(clock, 6000);
+  expect(await Promise.all(rest)).toEqual([200, 200, 200]);
+  // The pause ends at 5,020 (answered at 20): one call asks the provider then, the others after
+  // its answer (without the mark, all three went at 5,020).
+  expect(sent[0]).toBeGreaterThanOrEqual(5020);
+  expect(sent[0]).toBeLessThan(5030);
+  expect(sent.slice(1).every((t) => t >= sent[0]! + 50)).toBe(true);
+  await a.close();
+  await b.close();
+});
