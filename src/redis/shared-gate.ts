@@ -86,7 +86,11 @@ export interface StoreUpEvent {
 
 /** A pause the gate applies to its waiting calls (set here or by another process). */
 export interface SharedPauseEvent {
-  /** The key whose partition is paused, when known here; undefined for a gate-wide pause. */
+  /**
+   * The key paused; undefined for the calls without a key, or for a gate-wide pause. A pause heard
+   * of a key this gate does not know (yet) is not reported: it holds none of its calls (it is read
+   * when the key comes), and cannot be told from another process's marks.
+   */
   readonly key: string | undefined;
   /** Nothing held by it starts before this time (gate clock, ms). */
   readonly untilMs: number;
@@ -140,6 +144,11 @@ const REPROBE_SCOPE = '\u0000reprobe';
  * Retry-After alone, and the round it measured ends when the pause does (see `RoundPace`).
  */
 const PACE_SCOPE = '\u0000pace';
+/**
+ * Past this many keys, a new key sweeps the records of keys with nothing waiting (see `sweepInfos`);
+ * as many pauses and marks heard of keys not known here are kept (see `SharedGate.unknownPauses`).
+ */
+const MAX_KEYS = 10_000;
 /** A key whose pace changed within this long is kept when keys are swept (as the in-memory gate keeps AIMD). */
 const PACE_KEEP_MS = 60_000;
 // The clock offset is re-estimated from a fresh sample when the best one is older than this (ms).
@@ -395,6 +404,17 @@ export class SharedGate {
   private readonly marks = new Map<string, KeyInfo>();
   /** The keys known here with a pace, by the pause id of their pace mark (see `KeyInfo.paceId`). */
   private readonly paceMarks = new Map<string, KeyInfo>();
+  /** The keys known here by the id of their own pause (`KeyInfo.ownPauseId`): a pause heard names its key. */
+  private readonly pauseOwners = new Map<string, KeyInfo>();
+  /** The pause that holds every key, with gate-wide limits (their partition's own). */
+  private readonly gateWidePauseId: string | undefined;
+  /**
+   * Pauses heard of keys not known here (never seen, or swept), by pause id: their ends (gate
+   * clock). Such a pause cannot be told from a key's reprobe or pace mark (a Redis pause id is a
+   * digest), so each is kept, not applied or reported, and read when its key comes (`heardBefore`):
+   * at most MAX_KEYS, the oldest heard dropped (another process's keys would grow it without bound).
+   */
+  private readonly unknownPauses = new Map<string, number>();
   private readonly defaultInfo: KeyInfo;
   private readonly heap = new TimerHeap<SharedCall>();
   /**
@@ -513,9 +533,9 @@ export class SharedGate {
     this.budget = o.budget;
     this.allCores = [...o.globalCores, ...o.keyCores];
     this.globalLevels = o.globalCores.map((core, i) => levelOf(`g${i}`, core));
+    this.gateWidePauseId = o.globalCores.length > 0 ? this.store.pauseId(GATE_PARTITION, '') : undefined;
     this.defaultInfo = this.makeInfo(undefined);
-    this.marks.set(this.defaultInfo.markId, this.defaultInfo);
-    if (this.defaultInfo.paceId !== undefined) this.paceMarks.set(this.defaultInfo.paceId, this.defaultInfo);
+    this.know(this.defaultInfo);
     this.onStoreDown = this.storeDownEvents.on;
     this.onStoreUp = this.storeUpEvents.on;
     this.onStart = this.startEvents.on;
@@ -780,28 +800,56 @@ export class SharedGate {
   private infoFor(key: string): KeyInfo {
     let info = this.keyInfos.get(key);
     if (info === undefined) {
-      if (this.keyInfos.size >= 10_000) this.sweepInfos();
+      if (this.keyInfos.size >= MAX_KEYS) this.sweepInfos();
       info = this.makeInfo(key);
       this.keyInfos.set(key, info);
-      this.marks.set(info.markId, info);
-      if (info.paceId !== undefined) this.paceMarks.set(info.paceId, info);
-      // A reprobe mark heard before this gate knew the key (kept as a pause, see heardPause).
-      const mark = this.localPauses.size === 0 ? undefined : this.localPauses.get(info.markId);
-      if (mark !== undefined) {
-        this.localPauses.delete(info.markId);
-        this.reprobeAfter(info, mark);
-      }
-      // Pauses heard before this gate knew the key hold its calls in the fallback too (this key's
-      // alone: the keys known when they were heard were paused then).
-      if (this.fallback !== undefined && this.localPauses.size > 0) {
-        const now = this.clock.now();
-        for (const id of info.pauseIds) {
-          const until = this.localPauses.get(id);
-          if (until !== undefined && until > now) this.pauseFallbackOf(info, id, until);
-        }
-      }
+      this.know(info);
+      if (this.unknownPauses.size > 0) this.heardBefore(info);
     }
     return info;
+  }
+
+  /** `info`'s pauses and marks, heard from now on, are its own (see `heardPause`). */
+  private know(info: KeyInfo): void {
+    this.marks.set(info.markId, info);
+    if (info.paceId !== undefined) this.paceMarks.set(info.paceId, info);
+    this.pauseOwners.set(info.ownPauseId, info);
+  }
+
+  /**
+   * A key comes (again): what was heard of it before (see `unknownPauses`) applies now. Its reprobe
+   * mark, however old (the capped wait is over: its first inspected call probes); its pace mark and
+   * its pause while in force (a round another process ended, as `RoundPace.heard`; the pause holds
+   * its calls, in the fallback too).
+   */
+  private heardBefore(info: KeyInfo): void {
+    const now = this.clock.now();
+    const take = (id: string | undefined) => {
+      const until = id === undefined ? undefined : this.unknownPauses.get(id);
+      if (until !== undefined) this.unknownPauses.delete(id!);
+      return until;
+    };
+    const mark = take(info.markId);
+    if (mark !== undefined) this.reprobeAfter(info, mark);
+    const paceUntil = take(info.paceId);
+    if (paceUntil !== undefined && paceUntil > now) info.pace!.heard(paceUntil, now);
+    const until = take(info.ownPauseId);
+    if (until !== undefined && until > now) this.applyPause(info.ownPauseId, until, 'shared', info.key);
+  }
+
+  /** Keep a pause heard of a key not known here (see `unknownPauses`): the latest end wins. */
+  private keepUnknown(pauseId: string, until: number): void {
+    const before = this.unknownPauses.get(pauseId);
+    if (before !== undefined) {
+      if (before >= until) return;
+      // Heard again: the newest now.
+      this.unknownPauses.delete(pauseId);
+    } else if (this.unknownPauses.size >= MAX_KEYS) {
+      // A Map iterates in insertion order: the first is the oldest heard.
+      const oldest = this.unknownPauses.keys().next().value;
+      if (oldest !== undefined) this.unknownPauses.delete(oldest);
+    }
+    this.unknownPauses.set(pauseId, until);
   }
 
   /**
@@ -823,6 +871,13 @@ export class SharedGate {
         this.keyInfos.delete(key);
         this.marks.delete(info.markId);
         if (info.paceId !== undefined) this.paceMarks.delete(info.paceId);
+        this.pauseOwners.delete(info.ownPauseId);
+        // Its pause heard from now on is one of a key not known here.
+        const until = this.localPauses.get(info.ownPauseId);
+        if (until !== undefined) {
+          this.localPauses.delete(info.ownPauseId);
+          if (until > now) this.keepUnknown(info.ownPauseId, until);
+        }
       }
     }
   }
@@ -2245,16 +2300,24 @@ export class SharedGate {
     // Store time to gate time (before any offset estimate, with the message's own reading: the
     // message is late, so the local end errs late, never a start inside the pause).
     const untilLocal = this.toLocal(event.untilMs, now, event.serverNow);
-    // A known key's reprobe mark holds nothing: its pause ending then was capped. A mark of a key
-    // not known here cannot be told from a pause: kept as one, and read when the key comes.
-    const marked = this.marks.get(event.pauseId);
-    if (marked !== undefined) this.reprobeAfter(marked, untilLocal);
-    else {
-      // A pace mark: another process's round ended (ours, echoed, finds nothing started since).
-      const paced = this.paceMarks.get(event.pauseId);
-      if (paced !== undefined) paced.pace!.heard(untilLocal, now);
-      else this.applyPause(event.pauseId, untilLocal, 'shared', undefined);
+    const id = event.pauseId;
+    // A known key's reprobe mark holds nothing: its pause ending then was capped.
+    const marked = this.marks.get(id);
+    if (marked !== undefined) {
+      this.reprobeAfter(marked, untilLocal);
+      return;
     }
+    // A pace mark: another process's round ended (ours, echoed, finds nothing started since).
+    const paced = this.paceMarks.get(id);
+    if (paced !== undefined) {
+      paced.pace!.heard(untilLocal, now);
+      return;
+    }
+    const owner = this.pauseOwners.get(id);
+    if (owner !== undefined || id === this.gateWidePauseId)
+      this.applyPause(id, untilLocal, 'shared', owner?.key);
+    // A key not known here: a pause or a mark, read when the key comes.
+    else this.keepUnknown(id, untilLocal);
   }
 
   /**
@@ -2283,7 +2346,10 @@ export class SharedGate {
     return 'key';
   }
 
-  /** Hold every waiting call the pause covers: give back its reservation and reserve again after it. */
+  /**
+   * Hold every waiting call the pause covers: give back its reservation and reserve again after it.
+   * `key`: the key it pauses (undefined: the calls without a key, or every key for a gate-wide pause).
+   */
   private applyPause(pauseId: string, untilLocal: number, reason: string, key: string | undefined): void {
     if ((this.localPauses.get(pauseId) ?? 0) >= untilLocal - PAUSE_SLACK_MS) return;
     this.localPauses.set(pauseId, untilLocal);
@@ -2296,10 +2362,7 @@ export class SharedGate {
     const held = this.heap
       .entries()
       .filter((c) => c.state === 'waiting' && c.info.pauseIds.includes(pauseId));
-    if (this.pauseEvents.listeners || held.length > 0) {
-      const owner = held[0]?.info.key ?? key;
-      this.pauseEvents.emit({ key: owner, untilMs: untilLocal, reason });
-    }
+    if (this.pauseEvents.listeners) this.pauseEvents.emit({ key, untilMs: untilLocal, reason });
     if (held.length === 0) return;
     for (const call of held) this.heap.remove(call);
     this.arm();

@@ -8,7 +8,7 @@ import { expect, it } from 'vitest';
 import { StoreUnavailableError } from '../../../src/errors.js';
 import type { Inspection } from '../../../src/gate/gate.js';
 import { MemoryStore } from '../../../src/redis/memory-store.js';
-import { createSharedGate } from '../../../src/redis/shared-gate.js';
+import { createSharedGate, type SharedGate, type SharedPauseEvent } from '../../../src/redis/shared-gate.js';
 import { ManualClock } from '../../helpers/manual-clock.js';
 
 const T0 = 1_000_000;
@@ -30,6 +30,14 @@ function flaky(memory: MemoryStore) {
     };
   }
   return { store, state };
+}
+
+/** The largest Map or Set the gate holds (what grows with the keys it hears of). */
+function largestCollection(gate: SharedGate): number {
+  let largest = 0;
+  for (const value of Object.values(gate as unknown as Record<string, unknown>))
+    if (value instanceof Map || value instanceof Set) largest = Math.max(largest, value.size);
+  return largest;
 }
 
 const run = async (clock: ManualClock, ms: number) => {
@@ -94,4 +102,36 @@ it('a capped wait answered while the store is down is marked for every process w
   expect(sent.slice(1).every((t) => t >= sent[0]! + 50)).toBe(true);
   await a.close();
   await b.close();
+});
+
+it('marks and pauses heard of keys the gate does not know are kept within 10,000 (the oldest dropped)', () => {
+  const clock = new ManualClock(T0);
+  const memory = new MemoryStore({ clock });
+  const gate = createSharedGate({ store: memory, clock, limits: [] });
+  // Another process's capped waits on 20,000 keys this gate never sees (a mark, then its pause).
+  for (let i = 0; i < 20_000; i++) {
+    memory.pauseFor(`u${i}`, 60_000, '\u0000reprobe');
+    memory.pauseFor(`u${i}`, 60_000);
+  }
+  expect(largestCollection(gate)).toBeLessThanOrEqual(10_000);
+  void gate.close();
+});
+
+it('a pause or mark heard of a key the gate does not know is not reported; one of a known key names it', async () => {
+  const clock = new ManualClock(T0);
+  const memory = new MemoryStore({ clock });
+  const gate = createSharedGate({ store: memory, clock, limits: [] });
+  const events: SharedPauseEvent[] = [];
+  gate.onPause((event) => events.push(event));
+  // Another process's capped wait on key x (its reprobe mark, its pace mark, then its pause).
+  memory.pauseFor('x', 5000, '\u0000reprobe');
+  memory.pauseFor('x', 5000, '\u0000pace');
+  memory.pauseFor('x', 5000);
+  expect(events).toEqual([]);
+  // Key api is known here (a call ran); its pause, heard with nothing waiting, names it.
+  await gate.schedule(() => 'ok', { key: 'api' });
+  memory.pauseFor('api', 5000, '\u0000reprobe');
+  memory.pauseFor('api', 5000);
+  expect(events).toEqual([{ key: 'api', untilMs: T0 + 5000, reason: 'shared' }]);
+  await gate.close();
 });
