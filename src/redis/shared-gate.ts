@@ -854,9 +854,11 @@ export class SharedGate {
 
   /**
    * Drop keys with nothing waiting (their state lives in the store), but not one whose probe is out
-   * (its next call would probe a second time, before the first one's answer) or due again after a
-   * capped wait (its next calls would all go), or whose pace changed lately (the next burst would
-   * pay for it again).
+   * (its next call would probe a second time, before the first one's answer) or whose pace changed
+   * lately (the next burst would pay for it again). A key due to probe again after a capped wait
+   * leaves its mark, and its own pause in force, with those heard of unknown keys (see
+   * `heardBefore`): kept whole, such keys were never dropped (a key whose reprobe no call came for
+   * stayed for good, and every new key past MAX_KEYS swept them all again).
    */
   private sweepInfos(): void {
     const now = this.clock.now();
@@ -865,14 +867,13 @@ export class SharedGate {
       if (
         info.queued === 0 &&
         info.probe !== 1 &&
-        info.reprobeAt === undefined &&
         (aimd === undefined || now - aimd.changedAt >= PACE_KEEP_MS)
       ) {
         this.keyInfos.delete(key);
         this.marks.delete(info.markId);
         if (info.paceId !== undefined) this.paceMarks.delete(info.paceId);
         this.pauseOwners.delete(info.ownPauseId);
-        // Its pause heard from now on is one of a key not known here.
+        if (info.reprobeAt !== undefined) this.keepUnknown(info.markId, info.reprobeAt);
         const until = this.localPauses.get(info.ownPauseId);
         if (until !== undefined) {
           this.localPauses.delete(info.ownPauseId);

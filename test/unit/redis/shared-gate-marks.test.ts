@@ -135,3 +135,45 @@ it('a pause or mark heard of a key the gate does not know is not reported; one o
   expect(events).toEqual([{ key: 'api', untilMs: T0 + 5000, reason: 'shared' }]);
   await gate.close();
 });
+
+it('keys with a reprobe pending are swept past 10,000 keys, and one that comes back still probes first', async () => {
+  const clock = new ManualClock(T0);
+  const memory = new MemoryStore({ clock });
+  // A configured limit: no first-call probe, so only a reprobe holds a key's calls.
+  const gate = createSharedGate({
+    store: memory,
+    clock,
+    adapt: { maxRetryAfterMs: 5000 },
+    perKey: [{ algorithm: 'token-bucket', limit: 1000, intervalMs: 1000, burst: 1000 }],
+    arrivalMarginMs: 0,
+  });
+  // Another process's capped waits on 10,000 keys, each of which then runs a call here (no
+  // inspection: no reprobe sent, so each key's stays pending).
+  for (let i = 0; i < 10_000; i++) memory.pauseFor(`k${i}`, 1000, '\u0000reprobe');
+  const calls: Promise<unknown>[] = [];
+  for (let i = 0; i < 10_000; i++) calls.push(gate.schedule(() => 'ok', { key: `k${i}` }));
+  await Promise.all(calls);
+  // New keys past 10,000 sweep the records with nothing waiting.
+  for (let i = 0; i < 10; i++) await gate.schedule(() => 'ok', { key: `new${i}` });
+  expect(largestCollection(gate)).toBeLessThanOrEqual(10_001);
+  // k0 comes back after its capped wait: one call asks the provider, the others after its answer.
+  clock.advance(2000);
+  const sent: number[] = [];
+  const back = Array.from({ length: 3 }, () =>
+    gate
+      .schedule(
+        () =>
+          new Promise<Inspection>((resolve) => {
+            sent.push(clock.now() - T0);
+            clock.setTimeout(() => resolve(ok), 50);
+          }),
+        { key: 'k0', inspect: (r: Inspection) => r },
+      )
+      .then((r) => r.status),
+  );
+  await run(clock, 200);
+  expect(await Promise.all(back)).toEqual([200, 200, 200]);
+  expect(sent).toHaveLength(3);
+  expect(sent.slice(1).every((t) => t >= sent[0]! + 50)).toBe(true);
+  await gate.close();
+});
