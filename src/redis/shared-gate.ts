@@ -226,6 +226,11 @@ interface KeyInfo {
   /** The pause id of the key's pace mark (see `PACE_SCOPE`), with `pace`. */
   readonly paceId: string | undefined;
   /**
+   * The calls of the key holding a slot of its pace (`SharedCall.paceAt`), in priority and then
+   * schedule order (`goesBefore`), which is the order of their slots (see `bookPace`).
+   */
+  paced: SharedCall[];
+  /**
    * Calls of this key holding a turn to ask the store (window calls, and calls that wait for their
    * key's own limit, `ownWaits`; see `mayAsk`), and how many may.
    */
@@ -309,7 +314,7 @@ interface SharedCall extends HeapEntry {
   askedAtDeadline: boolean;
   /** Its number in its key's pace rounds when it started (0: not counted, see `RoundPace.started`). */
   paceSeq: number;
-  /** The slot its key's pace booked for it (gate clock), while it waits for it. */
+  /** The slot its key's pace booked for it (gate clock), while it waits for it (in `KeyInfo.paced`). */
   paceAt: number | undefined;
 }
 
@@ -783,6 +788,7 @@ export class SharedGate {
       paceMarkUntil: 0,
       pace,
       paceId: pace === undefined ? undefined : this.store.pauseId(partition, scope + PACE_SCOPE),
+      paced: [],
       asking: 0,
       width: 1,
       head: undefined,
@@ -1446,71 +1452,134 @@ export class SharedGate {
       return false;
     }
     if (pace.update(now)) {
-      // A round's rate in force: this call first, then those booked, one interval apart.
-      pace.restart(now);
-      call.paceAt = pace.book(now);
-      this.rebook(info, pace, now);
+      // A round's rate in force: the calls booked, and this one at its place, are booked again.
+      if (call.paceAt === undefined) this.joinPace(call);
+      this.rebook(info, pace, now, 0);
     }
-    if (pace.aimd === undefined) {
-      call.paceAt = undefined;
-      return false;
-    }
-    call.paceAt ??= pace.book(now);
-    const at = call.paceAt;
+    if (pace.aimd === undefined) return false;
+    if (call.paceAt === undefined && call.state !== 'done') this.bookPace(call, pace, now);
+    // Refused: its slot came after its deadline.
+    if (call.state === 'done') return true;
+    const at = call.paceAt!;
     if (at > now) {
-      if (at > call.deadline) {
-        pace.unbook(at);
-        call.paceAt = undefined;
-        this.refuse(call, deadlineError(call, at, call.attempt === 0));
-        return true;
-      }
       this.passTurn(call, false);
       call.state = 'retrying';
       this.enqueueAt(call, at);
       return true;
     }
-    call.paceAt = undefined;
-    if (pace.went(now)) {
-      // Added to after a quiet second: the calls booked go sooner.
-      pace.restart(now);
-      this.rebook(info, pace, now);
-    }
+    this.leavePace(call, false);
+    // Added to after a quiet second: the calls booked go sooner.
+    if (pace.went(now)) this.rebook(info, pace, now, 0);
     return false;
   }
 
+  /** `call` takes its place among the calls of its key holding a slot of its pace: its index. */
+  private joinPace(call: SharedCall): number {
+    const paced = call.info.paced;
+    let i = paced.length;
+    while (i > 0 && goesBefore(call, paced[i - 1]!)) i--;
+    paced.splice(i, 0, call);
+    return i;
+  }
+
   /**
-   * Book again, in their order, the calls of `info` waiting for a slot of its pace (its rate
-   * changed; `pace.restart` was called). One the new slot puts past its deadline is refused.
+   * `call` books a slot of its key's pace at its place (priority, then schedule order): the next
+   * slot when it goes after every call holding one; otherwise the slots from its place on are
+   * booked again (the calls after it each go one slot later). So a call held by a pause or a probe
+   * (its slot given up) gets back its place before the calls that came after it, and a higher
+   * priority goes first.
    */
-  private rebook(info: KeyInfo, pace: RoundPace, now: number): void {
-    const booked = this.heap
-      .entries()
-      .filter((c) => c.info === info && c.state === 'retrying' && c.paceAt !== undefined)
-      .sort((a, b) => a.paceAt! - b.paceAt! || a.seq - b.seq);
-    for (const call of booked) {
-      this.heap.remove(call);
+  private bookPace(call: SharedCall, pace: RoundPace, now: number): void {
+    const i = this.joinPace(call);
+    if (i < call.info.paced.length - 1) {
+      this.rebook(call.info, pace, now, i);
+      return;
+    }
+    const at = pace.book(now);
+    call.paceAt = at;
+    if (at > call.deadline) this.refusePaced(call, at);
+  }
+
+  /**
+   * Book again, in their order, the calls of `info` holding a slot of its pace (see `paced`), from
+   * the `from`th on: after the slot of the one before it, or from the first slot the pace allows
+   * (its rate changed, a pause was heard: not inside the pause). One the new slot puts past its
+   * deadline is refused. O(calls of the key).
+   */
+  private rebook(info: KeyInfo, pace: RoundPace, now: number, from: number): void {
+    const paced = info.paced;
+    if (from > 0) pace.restartAfter(paced[from - 1]!.paceAt!);
+    else pace.restart(this.localPauses.size === 0 ? now : Math.max(now, this.pausedUntil(info, now)));
+    const late: { call: SharedCall; at: number }[] = [];
+    let kept = from;
+    for (let i = from; i < paced.length; i++) {
+      const call = paced[i]!;
       const at = pace.book(now);
-      call.paceAt = at;
       if (at > call.deadline) {
         pace.unbook(at);
         call.paceAt = undefined;
-        this.refuse(call, deadlineError(call, at, false));
-      } else this.enqueueAt(call, at);
+        late.push({ call, at });
+        continue;
+      }
+      call.paceAt = at;
+      paced[kept++] = call;
+      // Waiting for its slot (others hold it while they wait for a turn, or ask now).
+      if (call.heapIndex >= 0) {
+        this.heap.remove(call);
+        call.at = at;
+        this.heap.push(call);
+      }
     }
+    paced.length = kept;
     this.arm();
+    for (const { call, at } of late) this.refuse(call, deadlineError(call, at, call.attempt === 0));
+  }
+
+  /** `call`'s slot of its key's pace comes after its deadline: refused now. */
+  private refusePaced(call: SharedCall, at: number): void {
+    this.leavePace(call, true);
+    this.refuse(call, deadlineError(call, at, call.attempt === 0));
+  }
+
+  /**
+   * `call` no longer holds a slot of its key's pace: its slot came (`unbook` false), or it will not
+   * go at it (a pause, a probe, refused, the store down): then the slot is free again if it was the
+   * last booked.
+   */
+  private leavePace(call: SharedCall, unbook: boolean): void {
+    const at = call.paceAt;
+    if (at === undefined) return;
+    call.paceAt = undefined;
+    const paced = call.info.paced;
+    // Usually the first: the call whose slot came.
+    if (paced[0] === call) paced.shift();
+    else {
+      const i = paced.indexOf(call);
+      if (i >= 0) paced.splice(i, 1);
+    }
+    if (unbook) call.info.pace?.unbook(at);
   }
 
   /** The provider states a quota, or limits were learned: the pace is dropped, and its calls go. */
   private dropPace(info: KeyInfo, pace: RoundPace, now: number): void {
     pace.reset();
-    pace.restart(now);
-    this.rebook(info, pace, now);
+    const paced = info.paced;
+    info.paced = [];
+    for (const call of paced) {
+      call.paceAt = undefined;
+      if (call.heapIndex >= 0) {
+        this.heap.remove(call);
+        call.at = now;
+        this.heap.push(call);
+      }
+    }
+    this.arm();
   }
 
   /** A call inside a pause asks the store again when it ends (or is refused if that is too late). */
   private waitForPause(call: SharedCall, until: number): void {
-    // A slot of its key's pace inside the pause is lost: it books one after.
-    call.paceAt = undefined;
+    // A slot of its key's pace inside the pause is given up: it books one after, at its place.
+    this.leavePace(call, true);
     this.passTurn(call, false);
     if (until > call.deadline) {
       this.refuse(call, deadlineError(call, until, call.attempt === 0));
@@ -1605,8 +1674,8 @@ export class SharedGate {
   /** `call` waits for its key's probe's answer, at most until the probe's end or its deadline. */
   private waitForProbe(call: SharedCall): void {
     const info = call.info;
-    // A slot of its key's pace is given up: it books one after the answer.
-    call.paceAt = undefined;
+    // A slot of its key's pace is given up: it books one after the answer, at its place.
+    this.leavePace(call, true);
     call.state = 'retrying';
     this.enqueueAt(call, Math.min(info.probeUntil, call.deadline));
     info.probeWaiters ??= [];
@@ -2355,6 +2424,11 @@ export class SharedGate {
     if ((this.localPauses.get(pauseId) ?? 0) >= untilLocal - PAUSE_SLACK_MS) return;
     this.localPauses.set(pauseId, untilLocal);
     this.pauseFallback(pauseId, untilLocal);
+    // The calls holding slots of a key's pace book them again from the pause's end, in their order
+    // (at their slots inside it, each would give its slot up and book after the calls booked later).
+    const owner = this.pauseOwners.get(pauseId);
+    if (owner?.pace !== undefined && owner.paced.length > 0)
+      this.rebook(owner, owner.pace, this.clock.now(), 0);
     // Every call waiting on a slot of the partition, those due after the pause too: a bucket gives
     // back only its latest take, so the slots inside the pause come back only if the later ones do
     // first. Kept, they held the bucket booked past the pause: it came out of every pause without
@@ -2610,6 +2684,7 @@ export class SharedGate {
       return;
     }
     if (call.info.prober === call) this.endProbe(call.info, false);
+    this.leavePace(call, true);
     // The turn passes after the call took the policy: the calls it passes to (its key's, the
     // gate-wide line's) meet the failure next, and reach the fallback after it.
     const policy = this.o.failure;
@@ -2750,10 +2825,7 @@ export class SharedGate {
     // one, which must not be refused (and dequeued) a second time.
     call.state = 'done';
     this.passTurn(call, false);
-    if (call.paceAt !== undefined) {
-      call.info.pace?.unbook(call.paceAt);
-      call.paceAt = undefined;
-    }
+    this.leavePace(call, true);
     if (call.info.prober === call) this.endProbe(call.info, false);
     if (call.heapIndex >= 0) {
       this.heap.remove(call);
