@@ -177,3 +177,31 @@ it('keys with a reprobe pending are swept past 10,000 keys, and one that comes b
   expect(sent.slice(1).every((t) => t >= sent[0]! + 50)).toBe(true);
   await gate.close();
 });
+
+it('a Retry-After round ended while the store is down is marked for every process when it answers again', async () => {
+  const clock = new ManualClock(T0);
+  const memory = new MemoryStore({ clock });
+  const { store, state } = flaky(memory);
+  const a = createSharedGate({ store, clock, recoveryProbeMs: 100, failure: 'fail-closed' });
+  const heard: string[] = [];
+  memory.onPause((event) => heard.push(event.pauseId));
+  let answer!: (inspection: Inspection) => void;
+  const first = a
+    .schedule(() => new Promise<Inspection>((resolve) => (answer = resolve)), {
+      key: 'api',
+      inspect: (r: Inspection) => r,
+    })
+    .catch((e: { code: string }) => e.code);
+  await run(clock, 20);
+  // The store goes down while the call runs; its answer (a Retry-After alone) comes meanwhile.
+  state.down = true;
+  answer({ status: 429, headers: { 'retry-after': '2' } });
+  await run(clock, 30);
+  expect(heard).toEqual([]);
+  state.down = false;
+  await run(clock, 200);
+  // Recovered, inside the pause: the pace mark, then the pause, for every process.
+  expect(heard).toEqual([memory.pauseId('api', '\u0000pace'), memory.pauseId('api')]);
+  expect(await first).toBe('ERR_STORE_UNAVAILABLE');
+  await a.close();
+});
