@@ -156,6 +156,11 @@ export class RoundPace {
     this.tat = Math.max(now, this.lastWentAt + this.intervalMs());
   }
 
+  /** The bookings start over after the slot `at` (the calls booked after it are booked again, in their order). */
+  restartAfter(at: number): void {
+    this.tat = at + this.intervalMs();
+  }
+
   /**
    * A booked call goes at its slot, now. While calls wait behind it (later slots are booked), AIMD
    * may add to the rate after a quiet second. True when the rate changed.

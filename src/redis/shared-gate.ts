@@ -86,7 +86,11 @@ export interface StoreUpEvent {
 
 /** A pause the gate applies to its waiting calls (set here or by another process). */
 export interface SharedPauseEvent {
-  /** The key whose partition is paused, when known here; undefined for a gate-wide pause. */
+  /**
+   * The key paused; undefined for the calls without a key, or for a gate-wide pause. A pause heard
+   * of a key this gate does not know (yet) is not reported: it holds none of its calls (it is read
+   * when the key comes), and cannot be told from another process's marks.
+   */
   readonly key: string | undefined;
   /** Nothing held by it starts before this time (gate clock, ms). */
   readonly untilMs: number;
@@ -140,6 +144,11 @@ const REPROBE_SCOPE = '\u0000reprobe';
  * Retry-After alone, and the round it measured ends when the pause does (see `RoundPace`).
  */
 const PACE_SCOPE = '\u0000pace';
+/**
+ * Past this many keys, a new key sweeps the records of keys with nothing waiting (see `sweepInfos`);
+ * as many pauses and marks heard of keys not known here are kept (see `SharedGate.unknownPauses`).
+ */
+const MAX_KEYS = 10_000;
 /** A key whose pace changed within this long is kept when keys are swept (as the in-memory gate keeps AIMD). */
 const PACE_KEEP_MS = 60_000;
 // The clock offset is re-estimated from a fresh sample when the best one is older than this (ms).
@@ -204,12 +213,23 @@ interface KeyInfo {
   /** The pause id of the key's reprobe mark (see `REPROBE_SCOPE`). */
   readonly markId: string;
   /**
+   * When the reprobe and pace marks this gate wrote for the key end (gate clock, 0: none): written
+   * again when the store answers after an outage (see `catchUpStore`).
+   */
+  reprobeMarkUntil: number;
+  paceMarkUntil: number;
+  /**
    * The key's pace after Retry-After refusals that said nothing else (see `RoundPace`): only for a
    * key with no configured limit (and AIMD on); unused while it has learned limits.
    */
   readonly pace: RoundPace | undefined;
   /** The pause id of the key's pace mark (see `PACE_SCOPE`), with `pace`. */
   readonly paceId: string | undefined;
+  /**
+   * The calls of the key holding a slot of its pace (`SharedCall.paceAt`), in priority and then
+   * schedule order (`goesBefore`), which is the order of their slots (see `bookPace`).
+   */
+  paced: SharedCall[];
   /**
    * Calls of this key holding a turn to ask the store (window calls, and calls that wait for their
    * key's own limit, `ownWaits`; see `mayAsk`), and how many may.
@@ -294,7 +314,7 @@ interface SharedCall extends HeapEntry {
   askedAtDeadline: boolean;
   /** Its number in its key's pace rounds when it started (0: not counted, see `RoundPace.started`). */
   paceSeq: number;
-  /** The slot its key's pace booked for it (gate clock), while it waits for it. */
+  /** The slot its key's pace booked for it (gate clock), while it waits for it (in `KeyInfo.paced`). */
   paceAt: number | undefined;
 }
 
@@ -389,6 +409,17 @@ export class SharedGate {
   private readonly marks = new Map<string, KeyInfo>();
   /** The keys known here with a pace, by the pause id of their pace mark (see `KeyInfo.paceId`). */
   private readonly paceMarks = new Map<string, KeyInfo>();
+  /** The keys known here by the id of their own pause (`KeyInfo.ownPauseId`): a pause heard names its key. */
+  private readonly pauseOwners = new Map<string, KeyInfo>();
+  /** The pause that holds every key, with gate-wide limits (their partition's own). */
+  private readonly gateWidePauseId: string | undefined;
+  /**
+   * Pauses heard of keys not known here (never seen, or swept), by pause id: their ends (gate
+   * clock). Such a pause cannot be told from a key's reprobe or pace mark (a Redis pause id is a
+   * digest), so each is kept, not applied or reported, and read when its key comes (`heardBefore`):
+   * at most MAX_KEYS, the oldest heard dropped (another process's keys would grow it without bound).
+   */
+  private readonly unknownPauses = new Map<string, number>();
   private readonly defaultInfo: KeyInfo;
   private readonly heap = new TimerHeap<SharedCall>();
   /**
@@ -507,9 +538,9 @@ export class SharedGate {
     this.budget = o.budget;
     this.allCores = [...o.globalCores, ...o.keyCores];
     this.globalLevels = o.globalCores.map((core, i) => levelOf(`g${i}`, core));
+    this.gateWidePauseId = o.globalCores.length > 0 ? this.store.pauseId(GATE_PARTITION, '') : undefined;
     this.defaultInfo = this.makeInfo(undefined);
-    this.marks.set(this.defaultInfo.markId, this.defaultInfo);
-    if (this.defaultInfo.paceId !== undefined) this.paceMarks.set(this.defaultInfo.paceId, this.defaultInfo);
+    this.know(this.defaultInfo);
     this.onStoreDown = this.storeDownEvents.on;
     this.onStoreUp = this.storeUpEvents.on;
     this.onStart = this.startEvents.on;
@@ -753,8 +784,11 @@ export class SharedGate {
       reprobeAt: undefined,
       reprobing: false,
       markId: this.store.pauseId(partition, scope + REPROBE_SCOPE),
+      reprobeMarkUntil: 0,
+      paceMarkUntil: 0,
       pace,
       paceId: pace === undefined ? undefined : this.store.pauseId(partition, scope + PACE_SCOPE),
+      paced: [],
       asking: 0,
       width: 1,
       head: undefined,
@@ -772,35 +806,65 @@ export class SharedGate {
   private infoFor(key: string): KeyInfo {
     let info = this.keyInfos.get(key);
     if (info === undefined) {
-      if (this.keyInfos.size >= 10_000) this.sweepInfos();
+      if (this.keyInfos.size >= MAX_KEYS) this.sweepInfos();
       info = this.makeInfo(key);
       this.keyInfos.set(key, info);
-      this.marks.set(info.markId, info);
-      if (info.paceId !== undefined) this.paceMarks.set(info.paceId, info);
-      // A reprobe mark heard before this gate knew the key (kept as a pause, see heardPause).
-      const mark = this.localPauses.size === 0 ? undefined : this.localPauses.get(info.markId);
-      if (mark !== undefined) {
-        this.localPauses.delete(info.markId);
-        this.reprobeAfter(info, mark);
-      }
-      // Pauses heard before this gate knew the key hold its calls in the fallback too (this key's
-      // alone: the keys known when they were heard were paused then).
-      if (this.fallback !== undefined && this.localPauses.size > 0) {
-        const now = this.clock.now();
-        for (const id of info.pauseIds) {
-          const until = this.localPauses.get(id);
-          if (until !== undefined && until > now) this.pauseFallbackOf(info, id, until);
-        }
-      }
+      this.know(info);
+      if (this.unknownPauses.size > 0) this.heardBefore(info);
     }
     return info;
   }
 
+  /** `info`'s pauses and marks, heard from now on, are its own (see `heardPause`). */
+  private know(info: KeyInfo): void {
+    this.marks.set(info.markId, info);
+    if (info.paceId !== undefined) this.paceMarks.set(info.paceId, info);
+    this.pauseOwners.set(info.ownPauseId, info);
+  }
+
+  /**
+   * A key comes (again): what was heard of it before (see `unknownPauses`) applies now. Its reprobe
+   * mark, however old (the capped wait is over: its first inspected call probes); its pace mark and
+   * its pause while in force (a round another process ended, as `RoundPace.heard`; the pause holds
+   * its calls, in the fallback too).
+   */
+  private heardBefore(info: KeyInfo): void {
+    const now = this.clock.now();
+    const take = (id: string | undefined) => {
+      const until = id === undefined ? undefined : this.unknownPauses.get(id);
+      if (until !== undefined) this.unknownPauses.delete(id!);
+      return until;
+    };
+    const mark = take(info.markId);
+    if (mark !== undefined) this.reprobeAfter(info, mark);
+    const paceUntil = take(info.paceId);
+    if (paceUntil !== undefined && paceUntil > now) info.pace!.heard(paceUntil, now);
+    const until = take(info.ownPauseId);
+    if (until !== undefined && until > now) this.applyPause(info.ownPauseId, until, 'shared', info.key);
+  }
+
+  /** Keep a pause heard of a key not known here (see `unknownPauses`): the latest end wins. */
+  private keepUnknown(pauseId: string, until: number): void {
+    const before = this.unknownPauses.get(pauseId);
+    if (before !== undefined) {
+      if (before >= until) return;
+      // Heard again: the newest now.
+      this.unknownPauses.delete(pauseId);
+    } else if (this.unknownPauses.size >= MAX_KEYS) {
+      // A Map iterates in insertion order: the first is the oldest heard.
+      const oldest = this.unknownPauses.keys().next().value;
+      if (oldest !== undefined) this.unknownPauses.delete(oldest);
+    }
+    this.unknownPauses.set(pauseId, until);
+  }
+
   /**
    * Drop keys with nothing waiting (their state lives in the store), but not one whose probe is out
-   * (its next call would probe a second time, before the first one's answer) or due again after a
-   * capped wait (its next calls would all go), or whose pace changed lately (the next burst would
-   * pay for it again).
+   * (its next call would probe a second time, before the first one's answer) or whose pace changed
+   * lately (the next burst would pay for it again). A key due to probe again after a capped wait
+   * leaves its mark, and its own pause in force, with those heard of unknown keys (see
+   * `heardBefore`): kept whole, such keys were never dropped (a key whose reprobe no call came for
+   * stayed for good, and every new key past MAX_KEYS swept them all again).
    */
   private sweepInfos(): void {
     const now = this.clock.now();
@@ -809,12 +873,18 @@ export class SharedGate {
       if (
         info.queued === 0 &&
         info.probe !== 1 &&
-        info.reprobeAt === undefined &&
         (aimd === undefined || now - aimd.changedAt >= PACE_KEEP_MS)
       ) {
         this.keyInfos.delete(key);
         this.marks.delete(info.markId);
         if (info.paceId !== undefined) this.paceMarks.delete(info.paceId);
+        this.pauseOwners.delete(info.ownPauseId);
+        if (info.reprobeAt !== undefined) this.keepUnknown(info.markId, info.reprobeAt);
+        const until = this.localPauses.get(info.ownPauseId);
+        if (until !== undefined) {
+          this.localPauses.delete(info.ownPauseId);
+          if (until > now) this.keepUnknown(info.ownPauseId, until);
+        }
       }
     }
   }
@@ -1382,71 +1452,134 @@ export class SharedGate {
       return false;
     }
     if (pace.update(now)) {
-      // A round's rate in force: this call first, then those booked, one interval apart.
-      pace.restart(now);
-      call.paceAt = pace.book(now);
-      this.rebook(info, pace, now);
+      // A round's rate in force: the calls booked, and this one at its place, are booked again.
+      if (call.paceAt === undefined) this.joinPace(call);
+      this.rebook(info, pace, now, 0);
     }
-    if (pace.aimd === undefined) {
-      call.paceAt = undefined;
-      return false;
-    }
-    call.paceAt ??= pace.book(now);
-    const at = call.paceAt;
+    if (pace.aimd === undefined) return false;
+    if (call.paceAt === undefined && call.state !== 'done') this.bookPace(call, pace, now);
+    // Refused: its slot came after its deadline.
+    if (call.state === 'done') return true;
+    const at = call.paceAt!;
     if (at > now) {
-      if (at > call.deadline) {
-        pace.unbook(at);
-        call.paceAt = undefined;
-        this.refuse(call, deadlineError(call, at, call.attempt === 0));
-        return true;
-      }
       this.passTurn(call, false);
       call.state = 'retrying';
       this.enqueueAt(call, at);
       return true;
     }
-    call.paceAt = undefined;
-    if (pace.went(now)) {
-      // Added to after a quiet second: the calls booked go sooner.
-      pace.restart(now);
-      this.rebook(info, pace, now);
-    }
+    this.leavePace(call, false);
+    // Added to after a quiet second: the calls booked go sooner.
+    if (pace.went(now)) this.rebook(info, pace, now, 0);
     return false;
   }
 
+  /** `call` takes its place among the calls of its key holding a slot of its pace: its index. */
+  private joinPace(call: SharedCall): number {
+    const paced = call.info.paced;
+    let i = paced.length;
+    while (i > 0 && goesBefore(call, paced[i - 1]!)) i--;
+    paced.splice(i, 0, call);
+    return i;
+  }
+
   /**
-   * Book again, in their order, the calls of `info` waiting for a slot of its pace (its rate
-   * changed; `pace.restart` was called). One the new slot puts past its deadline is refused.
+   * `call` books a slot of its key's pace at its place (priority, then schedule order): the next
+   * slot when it goes after every call holding one; otherwise the slots from its place on are
+   * booked again (the calls after it each go one slot later). So a call held by a pause or a probe
+   * (its slot given up) gets back its place before the calls that came after it, and a higher
+   * priority goes first.
    */
-  private rebook(info: KeyInfo, pace: RoundPace, now: number): void {
-    const booked = this.heap
-      .entries()
-      .filter((c) => c.info === info && c.state === 'retrying' && c.paceAt !== undefined)
-      .sort((a, b) => a.paceAt! - b.paceAt! || a.seq - b.seq);
-    for (const call of booked) {
-      this.heap.remove(call);
+  private bookPace(call: SharedCall, pace: RoundPace, now: number): void {
+    const i = this.joinPace(call);
+    if (i < call.info.paced.length - 1) {
+      this.rebook(call.info, pace, now, i);
+      return;
+    }
+    const at = pace.book(now);
+    call.paceAt = at;
+    if (at > call.deadline) this.refusePaced(call, at);
+  }
+
+  /**
+   * Book again, in their order, the calls of `info` holding a slot of its pace (see `paced`), from
+   * the `from`th on: after the slot of the one before it, or from the first slot the pace allows
+   * (its rate changed, a pause was heard: not inside the pause). One the new slot puts past its
+   * deadline is refused. O(calls of the key).
+   */
+  private rebook(info: KeyInfo, pace: RoundPace, now: number, from: number): void {
+    const paced = info.paced;
+    if (from > 0) pace.restartAfter(paced[from - 1]!.paceAt!);
+    else pace.restart(this.localPauses.size === 0 ? now : Math.max(now, this.pausedUntil(info, now)));
+    const late: { call: SharedCall; at: number }[] = [];
+    let kept = from;
+    for (let i = from; i < paced.length; i++) {
+      const call = paced[i]!;
       const at = pace.book(now);
-      call.paceAt = at;
       if (at > call.deadline) {
         pace.unbook(at);
         call.paceAt = undefined;
-        this.refuse(call, deadlineError(call, at, false));
-      } else this.enqueueAt(call, at);
+        late.push({ call, at });
+        continue;
+      }
+      call.paceAt = at;
+      paced[kept++] = call;
+      // Waiting for its slot (others hold it while they wait for a turn, or ask now).
+      if (call.heapIndex >= 0) {
+        this.heap.remove(call);
+        call.at = at;
+        this.heap.push(call);
+      }
     }
+    paced.length = kept;
     this.arm();
+    for (const { call, at } of late) this.refuse(call, deadlineError(call, at, call.attempt === 0));
+  }
+
+  /** `call`'s slot of its key's pace comes after its deadline: refused now. */
+  private refusePaced(call: SharedCall, at: number): void {
+    this.leavePace(call, true);
+    this.refuse(call, deadlineError(call, at, call.attempt === 0));
+  }
+
+  /**
+   * `call` no longer holds a slot of its key's pace: its slot came (`unbook` false), or it will not
+   * go at it (a pause, a probe, refused, the store down): then the slot is free again if it was the
+   * last booked.
+   */
+  private leavePace(call: SharedCall, unbook: boolean): void {
+    const at = call.paceAt;
+    if (at === undefined) return;
+    call.paceAt = undefined;
+    const paced = call.info.paced;
+    // Usually the first: the call whose slot came.
+    if (paced[0] === call) paced.shift();
+    else {
+      const i = paced.indexOf(call);
+      if (i >= 0) paced.splice(i, 1);
+    }
+    if (unbook) call.info.pace?.unbook(at);
   }
 
   /** The provider states a quota, or limits were learned: the pace is dropped, and its calls go. */
   private dropPace(info: KeyInfo, pace: RoundPace, now: number): void {
     pace.reset();
-    pace.restart(now);
-    this.rebook(info, pace, now);
+    const paced = info.paced;
+    info.paced = [];
+    for (const call of paced) {
+      call.paceAt = undefined;
+      if (call.heapIndex >= 0) {
+        this.heap.remove(call);
+        call.at = now;
+        this.heap.push(call);
+      }
+    }
+    this.arm();
   }
 
   /** A call inside a pause asks the store again when it ends (or is refused if that is too late). */
   private waitForPause(call: SharedCall, until: number): void {
-    // A slot of its key's pace inside the pause is lost: it books one after.
-    call.paceAt = undefined;
+    // A slot of its key's pace inside the pause is given up: it books one after, at its place.
+    this.leavePace(call, true);
     this.passTurn(call, false);
     if (until > call.deadline) {
       this.refuse(call, deadlineError(call, until, call.attempt === 0));
@@ -1541,8 +1674,8 @@ export class SharedGate {
   /** `call` waits for its key's probe's answer, at most until the probe's end or its deadline. */
   private waitForProbe(call: SharedCall): void {
     const info = call.info;
-    // A slot of its key's pace is given up: it books one after the answer.
-    call.paceAt = undefined;
+    // A slot of its key's pace is given up: it books one after the answer, at its place.
+    this.leavePace(call, true);
     call.state = 'retrying';
     this.enqueueAt(call, Math.min(info.probeUntil, call.deadline));
     info.probeWaiters ??= [];
@@ -2133,6 +2266,7 @@ export class SharedGate {
     else if (observation.retryAfterMs !== undefined && verdict.kind !== 'done') {
       if (pace.refused(call.paceSeq, verdict.pauseUntil, now)) {
         const paceScope = info.scope + PACE_SCOPE;
+        info.paceMarkUntil = Math.max(info.paceMarkUntil, verdict.pauseUntil);
         quietly(
           () => this.store.pauseFor(info.partition, verdict.pauseUntil - now, paceScope),
           (error) => this.storeFailed(error),
@@ -2217,6 +2351,7 @@ export class SharedGate {
    */
   private markReprobe(info: KeyInfo, durationMs: number): void {
     if (!(durationMs > 0)) return;
+    info.reprobeMarkUntil = Math.max(info.reprobeMarkUntil, this.clock.now() + durationMs);
     quietly(
       () => this.store.pauseFor(info.partition, durationMs, info.scope + REPROBE_SCOPE),
       (error) => this.storeFailed(error),
@@ -2235,16 +2370,24 @@ export class SharedGate {
     // Store time to gate time (before any offset estimate, with the message's own reading: the
     // message is late, so the local end errs late, never a start inside the pause).
     const untilLocal = this.toLocal(event.untilMs, now, event.serverNow);
-    // A known key's reprobe mark holds nothing: its pause ending then was capped. A mark of a key
-    // not known here cannot be told from a pause: kept as one, and read when the key comes.
-    const marked = this.marks.get(event.pauseId);
-    if (marked !== undefined) this.reprobeAfter(marked, untilLocal);
-    else {
-      // A pace mark: another process's round ended (ours, echoed, finds nothing started since).
-      const paced = this.paceMarks.get(event.pauseId);
-      if (paced !== undefined) paced.pace!.heard(untilLocal, now);
-      else this.applyPause(event.pauseId, untilLocal, 'shared', undefined);
+    const id = event.pauseId;
+    // A known key's reprobe mark holds nothing: its pause ending then was capped.
+    const marked = this.marks.get(id);
+    if (marked !== undefined) {
+      this.reprobeAfter(marked, untilLocal);
+      return;
     }
+    // A pace mark: another process's round ended (ours, echoed, finds nothing started since).
+    const paced = this.paceMarks.get(id);
+    if (paced !== undefined) {
+      paced.pace!.heard(untilLocal, now);
+      return;
+    }
+    const owner = this.pauseOwners.get(id);
+    if (owner !== undefined || id === this.gateWidePauseId)
+      this.applyPause(id, untilLocal, 'shared', owner?.key);
+    // A key not known here: a pause or a mark, read when the key comes.
+    else this.keepUnknown(id, untilLocal);
   }
 
   /**
@@ -2273,11 +2416,19 @@ export class SharedGate {
     return 'key';
   }
 
-  /** Hold every waiting call the pause covers: give back its reservation and reserve again after it. */
+  /**
+   * Hold every waiting call the pause covers: give back its reservation and reserve again after it.
+   * `key`: the key it pauses (undefined: the calls without a key, or every key for a gate-wide pause).
+   */
   private applyPause(pauseId: string, untilLocal: number, reason: string, key: string | undefined): void {
     if ((this.localPauses.get(pauseId) ?? 0) >= untilLocal - PAUSE_SLACK_MS) return;
     this.localPauses.set(pauseId, untilLocal);
     this.pauseFallback(pauseId, untilLocal);
+    // The calls holding slots of a key's pace book them again from the pause's end, in their order
+    // (at their slots inside it, each would give its slot up and book after the calls booked later).
+    const owner = this.pauseOwners.get(pauseId);
+    if (owner?.pace !== undefined && owner.paced.length > 0)
+      this.rebook(owner, owner.pace, this.clock.now(), 0);
     // Every call waiting on a slot of the partition, those due after the pause too: a bucket gives
     // back only its latest take, so the slots inside the pause come back only if the later ones do
     // first. Kept, they held the bucket booked past the pause: it came out of every pause without
@@ -2286,10 +2437,7 @@ export class SharedGate {
     const held = this.heap
       .entries()
       .filter((c) => c.state === 'waiting' && c.info.pauseIds.includes(pauseId));
-    if (this.pauseEvents.listeners || held.length > 0) {
-      const owner = held[0]?.info.key ?? key;
-      this.pauseEvents.emit({ key: owner, untilMs: untilLocal, reason });
-    }
+    if (this.pauseEvents.listeners) this.pauseEvents.emit({ key, untilMs: untilLocal, reason });
     if (held.length === 0) return;
     for (const call of held) this.heap.remove(call);
     this.arm();
@@ -2429,7 +2577,10 @@ export class SharedGate {
   /**
    * The store answers again: give back the permits of calls that finished while it was down (held
    * for a lease otherwise, for every process), and write the pauses still in force here (a 429
-   * seen while it was down) so that no process, this one included, starts inside them.
+   * seen while it was down) so that no process, this one included, starts inside them, with the
+   * reprobe and pace marks this gate wrote that are still in force (written while the store was
+   * down, or lost with it: a restarted Redis; the processes that missed them would send their
+   * queues at the pause's end), before the pauses, as when first written.
    */
   private catchUpStore(): void {
     const abandoned = this.abandonedSlots;
@@ -2443,6 +2594,18 @@ export class SharedGate {
     this.unrefunded = [];
     for (const reservation of refunds) this.refundUntimed(reservation);
     const now = this.clock.now();
+    for (const info of this.allInfos()) {
+      for (const [until, scope] of [
+        [info.reprobeMarkUntil, REPROBE_SCOPE],
+        [info.paceMarkUntil, PACE_SCOPE],
+      ] as const) {
+        if (until <= now) continue;
+        quietly(
+          () => this.store.pauseFor(info.partition, until - now, info.scope + scope),
+          (error) => this.storeFailed(error),
+        );
+      }
+    }
     const written = new Set<string>();
     for (const info of this.allInfos()) {
       info.pauseIds.forEach((pauseId, i) => {
@@ -2521,6 +2684,7 @@ export class SharedGate {
       return;
     }
     if (call.info.prober === call) this.endProbe(call.info, false);
+    this.leavePace(call, true);
     // The turn passes after the call took the policy: the calls it passes to (its key's, the
     // gate-wide line's) meet the failure next, and reach the fallback after it.
     const policy = this.o.failure;
@@ -2661,10 +2825,7 @@ export class SharedGate {
     // one, which must not be refused (and dequeued) a second time.
     call.state = 'done';
     this.passTurn(call, false);
-    if (call.paceAt !== undefined) {
-      call.info.pace?.unbook(call.paceAt);
-      call.paceAt = undefined;
-    }
+    this.leavePace(call, true);
     if (call.info.prober === call) this.endProbe(call.info, false);
     if (call.heapIndex >= 0) {
       this.heap.remove(call);
