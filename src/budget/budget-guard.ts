@@ -13,6 +13,7 @@
 
 import { type Clock, systemClock } from '../clock.js';
 import { InvalidCostError } from '../errors.js';
+import { Emitter } from '../gate/events.js';
 import { fn, integer, invalid, oneOf, plainObject } from '../validate.js';
 import {
   type Budget,
@@ -337,7 +338,7 @@ export interface ThresholdCrossing {
  * and `AsyncBudgetGuard` (claims answered by Redis).
  */
 export class Thresholds {
-  private readonly listeners = new Set<(event: ThresholdEvent) => void>();
+  private readonly events = new Emitter<ThresholdEvent>();
   // Per budget id: the current window's state and the previous one's (newest first).
   private readonly fired = new Map<string, FiredState[]>();
 
@@ -348,15 +349,12 @@ export class Thresholds {
 
   /** True when someone listens (no listener: nothing is checked, nothing claimed). */
   get listening(): boolean {
-    return this.listeners.size > 0;
+    return this.events.listeners !== undefined;
   }
 
   /** Subscribe; returns a function that unsubscribes. */
   on(listener: (event: ThresholdEvent) => void): () => void {
-    this.listeners.add(listener);
-    return () => {
-      this.listeners.delete(listener);
-    };
+    return this.events.on(listener);
   }
 
   /**
@@ -425,7 +423,8 @@ export class Thresholds {
    */
   claimed(crossing: ThresholdCrossing, result: ThresholdClaimResult): void {
     if (result.claimed) {
-      this.emit(crossing.event);
+      // A listener's bug must not undo or block accounting: the emitter surfaces it asynchronously.
+      this.events.emit(crossing.event);
       return;
     }
     crossing.state.firedAt[crossing.index] = result.firedAt ?? crossing.previous;
@@ -470,19 +469,6 @@ export class Thresholds {
           !states.some((s) => s.windowStart === this.windows.at(i, now).startMs))
       ) {
         this.fired.delete(id);
-      }
-    }
-  }
-
-  private emit(event: ThresholdEvent): void {
-    for (const listener of this.listeners) {
-      try {
-        listener(event);
-      } catch (error) {
-        // A listener's bug must not undo or block accounting: surface it outside this call.
-        queueMicrotask(() => {
-          throw error;
-        });
       }
     }
   }

@@ -5,37 +5,34 @@
  * something else.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { parseRequestLine } from '../../src/cli/request-line.js';
 import { parseRunOptions } from '../../src/cli/run-options.js';
-import { cliErrorMessage, closedPort, readResults, runCli, writeJsonl } from './cli-helpers.js';
+import {
+  cliErrorMessage,
+  closedPort,
+  type OkServer,
+  okServer,
+  readResults,
+  runCli,
+  writeJsonl,
+} from './cli-helpers.js';
 
 let dir: string;
-let server: Server;
-let target: string;
-let received = 0;
+let api: OkServer;
 let n = 0;
 let input: string;
 let out: string;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'tollgate-fixes-8-'));
-  server = createServer((req, res) => {
-    received++;
-    req.resume();
-    res.setHeader('content-type', 'application/json');
-    res.end('{"ok":true}');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  target = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  api = await okServer();
 });
 
 afterAll(async () => {
-  await new Promise<void>((resolve) => server.close(() => resolve()));
+  await api.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -43,11 +40,11 @@ beforeEach(() => {
   n++;
   input = join(dir, `requests-${n}.jsonl`);
   out = join(dir, `results-${n}.jsonl`);
-  received = 0;
+  api.received = 0;
 });
 
 function requests(count: number): object[] {
-  return Array.from({ length: count }, (_, i) => ({ id: i + 1, url: `${target}/v1/${i + 1}` }));
+  return Array.from({ length: count }, (_, i) => ({ id: i + 1, url: `${api.url}/v1/${i + 1}` }));
 }
 
 describe('--redis that does not answer', () => {
@@ -70,7 +67,7 @@ describe('--redis that does not answer', () => {
     ]);
     expect(result.code, result.stderr).toBe(0);
     // Every request still went out and has its result.
-    expect(received).toBe(5);
+    expect(api.received).toBe(5);
     expect(readResults(out).map((r) => r['ok'])).toEqual([true, true, true, true, true]);
 
     const warnings = result.stderr.split('\n').filter((line) => line.includes('is not answering'));
@@ -182,7 +179,7 @@ describe('messages', () => {
     expect(cliErrorMessage(() => parseRunOptions([input, '--limit', '-3/min']))).toMatch(
       /^Expected --limit to be a positive rate like 500\/min.*, got `-3\/min`: a rate must be a positive number/,
     );
-    expect(received).toBe(0);
+    expect(api.received).toBe(0);
   });
 
   it('does not show the dash value of an option that is not a number (a header may be a key)', () => {
@@ -228,7 +225,7 @@ describe('--out that holds something else', () => {
     const requestsAsOut = await runCli(['run', input, '--out', other, '--progress', 'none']);
     expect(requestsAsOut.code).toBe(2);
     expect(requestsAsOut.stderr).toContain(`--out ${other} exists and does not hold tollgate results`);
-    expect(received).toBe(0);
+    expect(api.received).toBe(0);
 
     // An empty file is written into; an earlier run's results are resumed.
     writeFileSync(out, '');
@@ -240,6 +237,6 @@ describe('--out that holds something else', () => {
     expect(again.code, again.stderr).toBe(0);
     expect(again.stdout).toContain('2 already done (skipped)');
     expect(readResults(out).map((r) => r['id'])).toEqual([1, 2, 3]);
-    expect(received).toBe(3);
+    expect(api.received).toBe(3);
   }, 60_000);
 });

@@ -1,6 +1,7 @@
 /** Running the `tollgate` command in a child process, as users do: `node --import tsx src/cli/main.ts`. */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { type AddressInfo, createServer } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -101,4 +102,30 @@ export function cliErrorMessage(fn: () => unknown): string {
     return (error as Error).message;
   }
   throw new Error('expected a CliError');
+}
+
+/** A local API answering every request 200 `{"ok":true}`, counting what it received. */
+export interface OkServer {
+  /** `http://127.0.0.1:<port>` */
+  readonly url: string;
+  /** Requests received since it started (or since `received = 0`). */
+  received: number;
+  close(): Promise<void>;
+}
+
+export async function okServer(): Promise<OkServer> {
+  const ok: { url: string; received: number; close(): Promise<void> } = {
+    url: '',
+    received: 0,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+  const server = createHttpServer((req, res) => {
+    ok.received++;
+    req.resume();
+    res.setHeader('content-type', 'application/json');
+    res.end('{"ok":true}');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  ok.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return ok;
 }

@@ -3,37 +3,34 @@
  * process using it (without it, each machine's ledger file holds its own budget).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseRunOptions } from '../../src/cli/run-options.js';
 import { REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
-import { cliErrorMessage, closedPort, readResults, runCli, writeJsonl } from './cli-helpers.js';
+import {
+  cliErrorMessage,
+  closedPort,
+  type OkServer,
+  okServer,
+  readResults,
+  runCli,
+  writeJsonl,
+} from './cli-helpers.js';
 
 const skip = await redisSkipReason();
 if (skip) console.log(`[cli run --ledger redis] Redis suites skipped (${skip})`);
 
 let dir: string;
-let server: Server;
-let target: string;
-let received = 0;
+let api: OkServer;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'tollgate-redis-ledger-'));
-  server = createServer((req, res) => {
-    received++;
-    req.resume();
-    res.setHeader('content-type', 'application/json');
-    res.end('{"ok":true}');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  target = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  api = await okServer();
 });
 
 afterAll(async () => {
-  await new Promise<void>((resolve) => server.close(() => resolve()));
+  await api.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -41,7 +38,7 @@ function input(name: string, count: number): string {
   const path = join(dir, `${name}.jsonl`);
   writeJsonl(
     path,
-    Array.from({ length: count }, (_, i) => ({ id: i + 1, url: `${target}/v1/${name}/${i + 1}` })),
+    Array.from({ length: count }, (_, i) => ({ id: i + 1, url: `${api.url}/v1/${name}/${i + 1}` })),
   );
   return path;
 }
@@ -74,7 +71,7 @@ describe('--ledger redis, checked before anything runs', () => {
 describe.skipIf(skip !== false)('--ledger redis against a real Redis', () => {
   it('two runs at once share one budget: together they send what it pays for, no more', async () => {
     const prefix = `cli-ledger-${process.pid}-${Date.now()}`;
-    received = 0;
+    api.received = 0;
     // $0.01 a day at $0.001 a request: 10 requests in all, of the 30 the two runs hold.
     const run = (name: string) =>
       runCli([
@@ -96,7 +93,7 @@ describe.skipIf(skip !== false)('--ledger redis against a real Redis', () => {
         'none',
       ]);
     const [a, b] = await Promise.all([run('a'), run('b')]);
-    expect(received).toBe(10);
+    expect(api.received).toBe(10);
     for (const result of [a, b]) {
       // Exit 3: stopped by the budget.
       expect(result.code, result.stderr).toBe(3);
@@ -122,7 +119,7 @@ describe.skipIf(skip !== false)('--ledger redis against a real Redis', () => {
 describe('--ledger redis with a Redis that does not answer', () => {
   it('sends nothing that would spend money (fail-closed), and says why once per request', async () => {
     const port = await closedPort();
-    received = 0;
+    api.received = 0;
     const out = join(dir, 'down.results.jsonl');
     const result = await runCli([
       'run',
@@ -140,7 +137,7 @@ describe('--ledger redis with a Redis that does not answer', () => {
       '--progress',
       'none',
     ]);
-    expect(received).toBe(0);
+    expect(api.received).toBe(0);
     expect(result.code, result.stderr).toBe(4);
     const results = readResults(out);
     expect(results).toHaveLength(3);
