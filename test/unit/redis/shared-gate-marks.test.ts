@@ -18,6 +18,27 @@ const flush = async () => {
 const refusedForADay: Inspection = { status: 429, headers: { 'retry-after': '86400' } };
 const ok: Inspection = { status: 200, headers: {} };
 
+/**
+ * Three calls of `key` through `gate`, each answering 200 after 50 ms: their statuses, and when each
+ * was sent (ms after T0).
+ */
+function threeCalls(gate: SharedGate, clock: ManualClock, key: string) {
+  const sent: number[] = [];
+  const statuses = Array.from({ length: 3 }, () =>
+    gate
+      .schedule(
+        () =>
+          new Promise<Inspection>((resolve) => {
+            sent.push(clock.now() - T0);
+            clock.setTimeout(() => resolve(ok), 50);
+          }),
+        { key, inspect: (r: Inspection) => r },
+      )
+      .then((r) => r.status),
+  );
+  return { sent, statuses: Promise.all(statuses) };
+}
+
 /** A view of `store` that throws StoreUnavailableError while `state.down` (one process's connection). */
 function flaky(memory: MemoryStore) {
   const state = { down: false };
@@ -80,21 +101,9 @@ it('a capped wait answered while the store is down is marked for every process w
   state.down = false;
   // Recovered at the next probe (100 ms): the pause still in force is written for every process.
   await run(clock, 200);
-  const sent: number[] = [];
-  const rest = Array.from({ length: 3 }, () =>
-    b
-      .schedule(
-        () =>
-          new Promise<Inspection>((resolve) => {
-            sent.push(clock.now() - T0);
-            clock.setTimeout(() => resolve(ok), 50);
-          }),
-        { key: 'api', inspect: (r: Inspection) => r },
-      )
-      .then((r) => r.status),
-  );
+  const { sent, statuses: rest } = threeCalls(b, clock, 'api');
   await run(clock, 6000);
-  expect(await Promise.all(rest)).toEqual([200, 200, 200]);
+  expect(await rest).toEqual([200, 200, 200]);
   // The pause ends at 5,020 (answered at 20): one call asks the provider then, the others after
   // its answer (without the mark, all three went at 5,020).
   expect(sent[0]).toBeGreaterThanOrEqual(5020);
@@ -158,21 +167,9 @@ it('keys with a reprobe pending are swept past 10,000 keys, and one that comes b
   expect(largestCollection(gate)).toBeLessThanOrEqual(10_001);
   // k0 comes back after its capped wait: one call asks the provider, the others after its answer.
   clock.advance(2000);
-  const sent: number[] = [];
-  const back = Array.from({ length: 3 }, () =>
-    gate
-      .schedule(
-        () =>
-          new Promise<Inspection>((resolve) => {
-            sent.push(clock.now() - T0);
-            clock.setTimeout(() => resolve(ok), 50);
-          }),
-        { key: 'k0', inspect: (r: Inspection) => r },
-      )
-      .then((r) => r.status),
-  );
+  const { sent, statuses: back } = threeCalls(gate, clock, 'k0');
   await run(clock, 200);
-  expect(await Promise.all(back)).toEqual([200, 200, 200]);
+  expect(await back).toEqual([200, 200, 200]);
   expect(sent).toHaveLength(3);
   expect(sent.slice(1).every((t) => t >= sent[0]! + 50)).toBe(true);
   await gate.close();
