@@ -83,6 +83,11 @@ export interface RunGate {
   spend(): BudgetSpend[];
   /** Read the spend now (the Redis ledger: one round trip). */
   readSpend(): Promise<BudgetSpend[]>;
+  /**
+   * True for an error of the Redis ledger not answering a reservation (`--ledger redis`): the call
+   * was not sent, and may be sent once the ledger answers again.
+   */
+  ledgerUnavailable(error: unknown): boolean;
   /** Redis mode only (undefined otherwise): what the shared gate did while Redis was down. */
   sharedStore(): SharedStoreReport | undefined;
   close(): Promise<void>;
@@ -91,6 +96,8 @@ export interface RunGate {
 export interface GateSetUpHooks {
   /** A line for the user (stderr, or above the progress bar): Redis stopped or started answering. */
   log?(line: string): void;
+  /** Keep the spend read while the run goes (`RunGate.spend`; the Redis ledger is polled). @default true */
+  watchSpend?: boolean;
 }
 
 // The shared gate, loaded only for --redis, from wherever this build has it: a `redis` entry next to
@@ -246,6 +253,7 @@ interface RunBudget {
   readonly label: string;
   spend(): BudgetSpend[];
   readSpend(): Promise<BudgetSpend[]>;
+  unavailable(error: unknown): boolean;
   close(): Promise<void>;
 }
 
@@ -268,6 +276,7 @@ function fileBudget(config: GateConfig): RunBudget {
     label: ledger,
     spend: () => guard.spend(),
     readSpend: async () => guard.spend(),
+    unavailable: () => false,
     close: async () => guard.close(),
   };
 }
@@ -277,36 +286,59 @@ function fileBudget(config: GateConfig): RunBudget {
  * by every process using it, as `tollgate budget show --redis` reads them. Fail-closed: while Redis
  * does not answer, a call that would reserve money is not sent (StoreUnavailableError).
  */
-function redisBudget(config: GateConfig, mod: Record<string, unknown>): RunBudget {
+function redisBudget(config: GateConfig, mod: Record<string, unknown>, watchSpend: boolean): RunBudget {
   const { RedisLedger, createAsyncBudgetGuard } = mod as unknown as Partial<RedisBudgetModule>;
   if (typeof RedisLedger !== 'function' || typeof createAsyncBudgetGuard !== 'function')
     throw new CliError('--ledger redis is not available in this build: it has no Redis ledger.');
   let ledger: InstanceType<RedisBudgetModule['RedisLedger']> | undefined;
-  let guard: SharedBudgetGuard;
+  let inner: SharedBudgetGuard;
   try {
     ledger = new RedisLedger({
       redis: config.redis!,
       ...(config.redisPrefix === undefined ? {} : { keyPrefix: config.redisPrefix }),
     });
-    guard = createAsyncBudgetGuard({ budgets: [...config.budgets], ledger });
+    inner = createAsyncBudgetGuard({ budgets: [...config.budgets], ledger });
   } catch (error) {
     void ledger?.close();
     rethrow(error, 'Invalid --budget or --ledger');
   }
+  // The reservations Redis did not answer (the gate passes the error on as it is): told from the
+  // limit store's failures, which the shared gate's fallback takes.
+  const unanswered = new WeakSet<object>();
+  const guard: SharedBudgetGuard = {
+    currency: inner.currency,
+    tryReserve: (estimateMicros, key, now) =>
+      inner.tryReserve(estimateMicros, key, now).catch((error: unknown) => {
+        if (isTollgateError(error) && error.code === 'ERR_STORE_UNAVAILABLE') unanswered.add(error);
+        throw error;
+      }),
+    settle: (reservation, actualMicros, now) => inner.settle(reservation, actualMicros, now),
+    release: (reservation, now) => inner.release(reservation, now),
+    spend: () => inner.spend(),
+  };
+  // Readings may answer out of order (one waits on a slow Redis): the newest asked for wins.
   let last: BudgetSpend[] = [];
+  let asked = 0;
+  let shown = 0;
   const readSpend = async () => {
-    last = await guard.spend();
-    return last;
+    const n = ++asked;
+    const spend = await guard.spend();
+    if (n > shown) {
+      shown = n;
+      last = spend;
+    }
+    return spend;
   };
   // The progress line reads spend synchronously: it shows the last reading (a failed one keeps it).
-  const timer = setInterval(() => readSpend().catch(() => {}), redisSpendEveryMs);
-  timer.unref?.();
-  void readSpend().catch(() => {});
+  const timer = watchSpend ? setInterval(() => readSpend().catch(() => {}), redisSpendEveryMs) : undefined;
+  timer?.unref?.();
+  if (watchSpend) void readSpend().catch(() => {});
   return {
     guard,
     label: `redis:${config.redisPrefix ?? 'tollgate'}`,
     spend: () => last,
     readSpend,
+    unavailable: (error) => typeof error === 'object' && error !== null && unanswered.has(error),
     close: async () => {
       clearInterval(timer);
       await ledger.close();
@@ -324,7 +356,8 @@ export async function setUpGate(config: GateConfig, hooks: GateSetUpHooks = {}):
   }
   let budget: RunBudget | undefined;
   if (config.budgets.length > 0)
-    budget = config.ledger === 'redis' ? redisBudget(config, mod!) : fileBudget(config);
+    budget =
+      config.ledger === 'redis' ? redisBudget(config, mod!, hooks.watchSpend ?? true) : fileBudget(config);
   const options: Omit<GateOptions, 'budget'> = {
     limits: config.perHost ? [] : config.limits,
     perKey: config.perHost ? config.limits : [],
@@ -364,6 +397,7 @@ export async function setUpGate(config: GateConfig, hooks: GateSetUpHooks = {}):
     ledgerLabel: budget?.label,
     spend: () => budget?.spend() ?? [],
     readSpend: async () => (await budget?.readSpend()) ?? [],
+    ledgerUnavailable: (error) => budget?.unavailable(error) ?? false,
     sharedStore: () => {
       if (typeof shared?.stats !== 'function') return undefined;
       const stats = shared.stats();

@@ -274,7 +274,10 @@ export async function runBatch(
     process.stderr.write(`${line}\n`);
   };
   let log = toStderr;
-  const run = await setUpGate(config, { log: (line) => log(redact(line, Object.values(config.headers))) });
+  const run = await setUpGate(config, {
+    log: (line) => log(redact(line, Object.values(config.headers))),
+    watchSpend: config.progress !== 'none',
+  });
   const { gate } = run;
   let writer: ResultWriter;
   try {
@@ -422,6 +425,8 @@ export async function runBatch(
   // The refusal the spend itself caused: final for every request, waiting ones included.
   let budgetSpent: BudgetExceededError | undefined;
   let toldOthersHold = false;
+  // The Redis ledger (`--ledger redis`) not answering a reservation: the requests wait for it.
+  let ledgerDown = false;
   const wakeBudgetWaiters = () => {
     const waiting = budgetWaiters;
     budgetWaiters = [];
@@ -452,29 +457,52 @@ export async function runBatch(
       if (budgetSpent !== undefined) throw budgetSpent;
       inSend++;
       let refused: BudgetExceededError | undefined;
+      let unanswered: unknown;
       try {
-        return await send(...args);
+        const sent = await send(...args);
+        if (ledgerDown) {
+          ledgerDown = false;
+          progress.log('the budget ledger in Redis answers again: requests go on.');
+        }
+        return sent;
       } catch (error) {
-        if (!(error instanceof BudgetExceededError)) throw error;
-        refused = error;
+        if (run.ledgerUnavailable(error)) unanswered = error;
+        else if (!(error instanceof BudgetExceededError)) throw error;
+        else refused = error;
       } finally {
         inSend--;
         // Only a request that held a reservation frees some; waking the others on a refusal would
         // have refused requests wake each other forever.
-        if (refused === undefined) wakeBudgetWaiters();
+        if (refused === undefined && unanswered === undefined) wakeBudgetWaiters();
       }
-      if (halt.signal.aborted) throw refused;
-      if (refused.spentMicros + refused.estimateMicros > refused.limitMicros) {
-        budgetSpent = refused;
+      if (unanswered !== undefined) {
+        // Not sent (nothing goes out without its reservation): asked again after 250 ms, doubling to
+        // 4 s, until the ledger answers or the run is stopped (then it has no result: a re-run sends it).
+        if (!ledgerDown) {
+          ledgerDown = true;
+          progress.log(
+            `the budget ledger in Redis is not answering (${errorMessage(unanswered)}): requests wait for it; nothing is sent without its reservation.`,
+          );
+        }
+        await pause(pollMs);
+        pollMs = Math.min(pollMs * 2, 4_000);
+        if (halt.signal.aborted) throw new AbortedError(halt.signal.reason);
+        continue;
+      }
+      // Here the request was refused by the budget (every other outcome returned or threw above).
+      const refusal = refused!;
+      if (halt.signal.aborted) throw refusal;
+      if (refusal.spentMicros + refusal.estimateMicros > refusal.limitMicros) {
+        budgetSpent = refusal;
         wakeBudgetWaiters();
-        throw refused;
+        throw refusal;
       }
       if (inSend > 0) await new Promise<void>((resolve) => budgetWaiters.push(resolve));
       else {
         if (!toldOthersHold) {
           toldOthersHold = true;
           progress.log(
-            `budget held by reservations of other processes: ${refused.message}. Waiting for them to settle.`,
+            `budget held by reservations of other processes: ${refusal.message}. Waiting for them to settle.`,
           );
         }
         await pause(pollMs);

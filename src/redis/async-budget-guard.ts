@@ -165,12 +165,15 @@ export class AsyncBudgetGuard {
         this.thresholds.claimed(crossing, mine);
         continue;
       }
-      new Promise<ThresholdClaimResult>((resolve) =>
+      // A claim that fails, or answers something else than a claim (a custom ledger), is this guard's.
+      void new Promise<ThresholdClaimResult>((resolve) =>
         resolve(ledger.claimThreshold!(crossing.claim, now)),
-      ).then(
-        (result) => this.thresholds.claimed(crossing, result),
-        () => this.thresholds.claimed(crossing, mine),
-      );
+      )
+        .then(
+          (result) => (typeof result?.claimed === 'boolean' ? result : mine),
+          () => mine,
+        )
+        .then((result) => this.thresholds.claimed(crossing, result));
     }
   }
 }

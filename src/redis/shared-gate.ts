@@ -1463,8 +1463,11 @@ export class SharedGate {
     const at = call.paceAt!;
     if (at > now) {
       this.passTurn(call, false);
+      // Passing the turn runs the next call of the key at once: one that goes before this one books
+      // its slot ahead (this one's moves later), and its deadline may refuse this one.
+      if ((call.state as SharedCall['state']) === 'done') return true;
       call.state = 'retrying';
-      this.enqueueAt(call, at);
+      this.enqueueAt(call, call.paceAt ?? at);
       return true;
     }
     this.leavePace(call, false);
@@ -2824,8 +2827,9 @@ export class SharedGate {
     // Done from here: passing its turn can start the next call of its key, whose fn may abort this
     // one, which must not be refused (and dequeued) a second time.
     call.state = 'done';
-    this.passTurn(call, false);
+    // Its slot of its key's pace is freed first: the call its turn passes to may book one.
     this.leavePace(call, true);
+    this.passTurn(call, false);
     if (call.info.prober === call) this.endProbe(call.info, false);
     if (call.heapIndex >= 0) {
       this.heap.remove(call);

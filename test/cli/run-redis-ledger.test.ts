@@ -7,7 +7,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseRunOptions } from '../../src/cli/run-options.js';
-import { REDIS_URL, redisSkipReason } from '../helpers/redis-server.js';
+import {
+  DedicatedRedis,
+  freePort,
+  hasRedisServer,
+  REDIS_URL,
+  redisSkipReason,
+} from '../helpers/redis-server.js';
 import {
   cliErrorMessage,
   closedPort,
@@ -15,6 +21,9 @@ import {
   okServer,
   readResults,
   runCli,
+  sleep,
+  spawnCli,
+  waitFor,
   writeJsonl,
 } from './cli-helpers.js';
 
@@ -117,11 +126,11 @@ describe.skipIf(skip !== false)('--ledger redis against a real Redis', () => {
 });
 
 describe('--ledger redis with a Redis that does not answer', () => {
-  it('sends nothing that would spend money (fail-closed), and says why once per request', async () => {
+  it('sends nothing that would spend money (fail-closed): the requests wait for it, and a Ctrl-C leaves them for a re-run', async () => {
     const port = await closedPort();
     api.received = 0;
     const out = join(dir, 'down.results.jsonl');
-    const result = await runCli([
+    const cli = spawnCli([
       'run',
       input('down', 3),
       '--out',
@@ -137,17 +146,79 @@ describe('--ledger redis with a Redis that does not answer', () => {
       '--progress',
       'none',
     ]);
+    await waitFor(
+      () => cli.stderr().includes('the budget ledger in Redis is not answering'),
+      20_000,
+      'the warning',
+    );
+    // Asked again for a while (250 ms, then 500, 1,000...): still nothing sent, the warning once.
+    await sleep(1_000);
+    cli.child.kill('SIGINT');
+    const result = await cli.done;
     expect(api.received).toBe(0);
-    expect(result.code, result.stderr).toBe(4);
-    const results = readResults(out);
-    expect(results).toHaveLength(3);
-    for (const r of results) {
-      const error = r['error'] as { code: string; message: string };
-      expect(error.code).toBe('ERR_STORE_UNAVAILABLE');
-      // The client's reason, said once (it was repeated after the message that holds it).
-      expect(error.message).toMatch(/^Redis at 127\.0\.0\.1:\d+ ledger reserve failed: \S/);
-      expect(error.message).not.toMatch(/(.{20,}): \1/);
-    }
-    expect(`${result.stdout}${result.stderr}${JSON.stringify(results)}`).not.toContain('LEDGER-PW-1');
+    expect(result.code, result.stderr).toBe(130);
+    const warnings = result.stderr.split('\n').filter((line) => line.includes('is not answering'));
+    expect(warnings).toHaveLength(1);
+    // The client's reason, said once (it was repeated after the message that holds it).
+    expect(warnings[0]).toMatch(/\(Redis at 127\.0\.0\.1:\d+ ledger reserve failed: \S/);
+    expect(warnings[0]).not.toMatch(/(.{20,}): \1/);
+    // No results: a re-run sends all three.
+    expect(readResults(out)).toEqual([]);
+    expect(`${result.stdout}${result.stderr}`).not.toContain('LEDGER-PW-1');
   }, 60_000);
+
+  describe.skipIf(skip !== false || !hasRedisServer())('an outage mid-run', () => {
+    it('holds the requests while Redis is down and sends them when it is back: every one once, none failed', async () => {
+      const redis = new DedicatedRedis(await freePort());
+      await redis.start();
+      try {
+        api.received = 0;
+        const out = join(dir, 'outage.results.jsonl');
+        const cli = spawnCli([
+          'run',
+          input('outage', 30),
+          '--out',
+          out,
+          '--redis',
+          redis.url,
+          '--ledger',
+          'redis',
+          '--budget',
+          '1usd/day',
+          '--price',
+          '0.001usd',
+          '--rate',
+          '20/s',
+          // Three read ahead: the rest reserve as they come (a request reserves when scheduled).
+          '--window',
+          '3',
+          '--progress',
+          'none',
+        ]);
+        await waitFor(() => api.received >= 5, 20_000, 'five requests sent');
+        await redis.stop();
+        await waitFor(
+          () => cli.stderr().includes('the budget ledger in Redis is not answering'),
+          20_000,
+          'the outage noticed',
+        );
+        const duringOutage = api.received;
+        await sleep(1_000);
+        // Nothing goes out without a reservation (the few read ahead and reserved before may go).
+        expect(api.received - duringOutage).toBeLessThanOrEqual(3);
+        await redis.start();
+        const result = await cli.done;
+        expect(result.code, result.stderr).toBe(0);
+        expect(api.received).toBe(30);
+        const results = readResults(out);
+        expect(results.map((r) => r['id']).sort((a, b) => Number(a) - Number(b))).toEqual(
+          Array.from({ length: 30 }, (_, i) => i + 1),
+        );
+        expect(results.every((r) => r['ok'] === true)).toBe(true);
+        expect(result.stderr).toContain('the budget ledger in Redis answers again: requests go on.');
+      } finally {
+        await redis.stop();
+      }
+    }, 90_000);
+  });
 });

@@ -143,6 +143,21 @@ describe('AsyncBudgetGuard threshold events', () => {
     expect(claims).toBe(1);
   });
 
+  it("a claim answered with something else than a claim (a custom ledger) is the guard's: fired, nothing thrown", async () => {
+    const inner = asyncLedger(new MemoryLedger());
+    const ledger = { ...inner, claimThreshold: () => Promise.resolve(undefined) } as unknown as AsyncLedger;
+    const events: number[] = [];
+    const g = createAsyncBudgetGuard({
+      budgets: spec,
+      ledger,
+      clock: { now: () => 10 },
+      onThreshold: (e) => events.push(e.threshold),
+    });
+    await g.reserve(600_000);
+    await flush();
+    expect(events).toEqual([0.5]);
+  });
+
   it('a ledger without claims: the guard fires from its own memory, once per period', async () => {
     const { claimThreshold: _claim, ...inner } = asyncLedger(new MemoryLedger());
     const events: number[] = [];
