@@ -82,8 +82,9 @@ Money:
                            name=5usd/day, $20/month, 2usd/24h rolling, 5eur/day@Europe/Berlin)
   --price 0.002usd         estimate per request (a line's "price" wins)
   --price-header NAME      actual price per response, in major units (e.g. x-request-cost)
-  --ledger PATH|memory|redis   where budgets are recorded (default .tollgate/ledger.sqlite;
-                           redis: in the Redis of --redis, shared by every process using it)
+  --ledger PATH|memory|redis
+                           where budgets are recorded (default .tollgate/ledger.sqlite; redis:
+                           in the Redis of --redis, shared by every process using it)
 
 Input and output:
   -o, --out FILE           results (default: <input>.results.jsonl next to the input)
