@@ -31,6 +31,7 @@ import type {
   Ledger,
   LedgerEntry,
   LedgerReserveResult,
+  LedgerSettleResult,
   LedgerTotals,
   LedgerWindow,
   ThresholdClaim,
@@ -329,6 +330,8 @@ export interface ThresholdCrossing {
   readonly previous: number | undefined;
 }
 
+const noCrossings: readonly ThresholdCrossing[] = Object.freeze([]);
+
 /**
  * A guard's threshold events: its listeners, and what fired (or another guard on the ledger fired)
  * per budget id and window, so that a threshold is asked of the ledger once per window at most.
@@ -357,12 +360,34 @@ export class Thresholds {
     return this.events.on(listener);
   }
 
+  /** The thresholds a reservation of `estimateMicros` crossed (none when nobody listens). */
+  reserved(result: LedgerReserveResult, estimateMicros: number, now: number): readonly ThresholdCrossing[] {
+    // Every call through a budgeted gate comes here: nothing allocated when nothing is crossed.
+    if (!result.ok || !this.listening || estimateMicros <= 0) return noCrossings;
+    return this.crossed(result.totals, estimateMicros, now);
+  }
+
+  /**
+   * The thresholds a settle above the reservation's estimate crossed: the extra lands in the window
+   * the reservation was made in (a late settle: the previous one).
+   */
+  settled(
+    result: LedgerSettleResult,
+    reservation: BudgetReservation,
+    actualMicros: number,
+    now: number,
+  ): readonly ThresholdCrossing[] {
+    const extra = actualMicros - reservation.estimateMicros;
+    if (!result.found || extra <= 0 || !this.listening) return noCrossings;
+    return this.crossed(result.totals, extra, now, reservation.reservedAt);
+  }
+
   /**
    * The thresholds crossed by a change of +deltaMicros in committed spend, `totals` being after it,
    * in the windows containing `datedAt` (when the spend was reserved), not known as fired here; each
    * is marked fired at `now` until its claim is answered (`claimed`).
    */
-  crossed(
+  private crossed(
     totals: readonly LedgerTotals[],
     deltaMicros: number,
     now: number,
@@ -577,8 +602,7 @@ export class BudgetGuard {
       this.reservationTtlMs,
     );
     const result = this.ledger.reserve(request.entries, now);
-    if (result.ok && this.thresholds.listening && estimateMicros > 0)
-      this.checkThresholds(result.totals, estimateMicros, now);
+    this.claimAll(this.thresholds.reserved(result, estimateMicros, now), now);
     return decisionOf(this.budgets, this.currency, request, result);
   }
 
@@ -602,10 +626,7 @@ export class BudgetGuard {
   settle(reservation: BudgetReservation, actualMicros: number, now: number = this.clock.now()): boolean {
     checkMicros(actualMicros, 'actualMicros');
     const result = this.ledger.settle(reservationIdOf(reservation), actualMicros, now);
-    const extra = actualMicros - reservation.estimateMicros;
-    // The spend lands in the window the reservation was made in (a late settle: the previous one).
-    if (result.found && extra > 0 && this.thresholds.listening)
-      this.checkThresholds(result.totals, extra, now, reservation.reservedAt);
+    this.claimAll(this.thresholds.settled(result, reservation, actualMicros, now), now);
     return result.found;
   }
 
@@ -646,16 +667,9 @@ export class BudgetGuard {
     if (this.ownsLedger) this.ledger.close();
   }
 
-  // `totals` are after a change of +deltaMicros in committed spend on each budget they list, in the
-  // windows containing `datedAt` (when the spend was reserved).
-  private checkThresholds(
-    totals: readonly LedgerTotals[],
-    deltaMicros: number,
-    now: number,
-    datedAt: number = now,
-  ): void {
-    for (const crossing of this.thresholds.crossed(totals, deltaMicros, now, datedAt))
-      this.thresholds.claimed(crossing, this.claim(crossing.claim, now));
+  /** Claim each threshold crossed, at once; those claimed here fire. */
+  private claimAll(crossings: readonly ThresholdCrossing[], now: number): void {
+    for (const crossing of crossings) this.thresholds.claimed(crossing, this.claim(crossing.claim, now));
   }
 
   /**

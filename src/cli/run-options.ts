@@ -454,7 +454,7 @@ export function parseRunOptions(args: readonly string[], cwd: string = process.c
   const ledgerWord = (text: string) => (text === 'memory' || text === 'redis' ? text : undefined);
   if (values.ledger !== undefined) ledger = ledgerWord(values.ledger) ?? resolve(cwd, values.ledger);
   else if (file.ledger !== undefined) {
-    const text = String(asStringOrNumber(label('ledger'), file.ledger));
+    const text = asStringOrNumber(label('ledger'), file.ledger);
     ledger = ledgerWord(text) ?? resolve(fileDir, text);
   }
   if (budgets.length > 0 && priceMicros === undefined) {

@@ -9,11 +9,12 @@ import {
   reservationIdOf,
   reservationRequest,
   spendFromSnapshot,
+  type ThresholdCrossing,
   type ThresholdEvent,
   Thresholds,
 } from '../budget/budget-guard.js';
 import { BudgetExceededError } from '../budget/errors.js';
-import type { LedgerTotals, ThresholdClaimResult } from '../budget/ledger.js';
+import type { ThresholdClaimResult } from '../budget/ledger.js';
 import { checkMicros } from '../budget/money.js';
 import { type Clock, systemClock } from '../clock.js';
 import { fn, integer, invalid, plainObject } from '../validate.js';
@@ -106,8 +107,7 @@ export class AsyncBudgetGuard {
       this.reservationTtlMs,
     );
     const result = await this.ledger.reserve(request.entries, now);
-    if (result.ok && this.thresholds.listening && estimateMicros > 0)
-      this.checkThresholds(result.totals, estimateMicros, now);
+    this.claimAll(this.thresholds.reserved(result, estimateMicros, now), now);
     return decisionOf(this.budgets, this.currency, request, result);
   }
 
@@ -130,10 +130,7 @@ export class AsyncBudgetGuard {
   ): Promise<boolean> {
     checkMicros(actualMicros, 'actualMicros');
     const result = await this.ledger.settle(reservationIdOf(reservation), actualMicros, now);
-    const extra = actualMicros - reservation.estimateMicros;
-    // The spend lands in the window the reservation was made in (a late settle: the previous one).
-    if (result.found && extra > 0 && this.thresholds.listening)
-      this.checkThresholds(result.totals, extra, now, reservation.reservedAt);
+    this.claimAll(this.thresholds.settled(result, reservation, actualMicros, now), now);
     return result.found;
   }
 
@@ -148,18 +145,12 @@ export class AsyncBudgetGuard {
   }
 
   /**
-   * Claim each threshold the change crossed (see `BudgetGuard`): not awaited by the call that
-   * crossed it, which goes on; a claim that fails leaves it to this guard's memory (better an event
-   * twice than none).
+   * Claim each threshold crossed (see `BudgetGuard`): not awaited by the call that crossed it, which
+   * goes on; a claim that fails leaves it to this guard's memory (better an event twice than none).
    */
-  private checkThresholds(
-    totals: readonly LedgerTotals[],
-    deltaMicros: number,
-    now: number,
-    datedAt: number = now,
-  ): void {
+  private claimAll(crossings: readonly ThresholdCrossing[], now: number): void {
     const ledger = this.ledger;
-    for (const crossing of this.thresholds.crossed(totals, deltaMicros, now, datedAt)) {
+    for (const crossing of crossings) {
       const mine: ThresholdClaimResult = { claimed: true, firedAt: now };
       if (ledger.claimThreshold === undefined) {
         this.thresholds.claimed(crossing, mine);
