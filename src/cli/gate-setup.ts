@@ -290,17 +290,21 @@ function redisBudget(config: GateConfig, mod: Record<string, unknown>, watchSpen
   const { RedisLedger, createAsyncBudgetGuard } = mod as unknown as Partial<RedisBudgetModule>;
   if (typeof RedisLedger !== 'function' || typeof createAsyncBudgetGuard !== 'function')
     throw new CliError('--ledger redis is not available in this build: it has no Redis ledger.');
-  let ledger: InstanceType<RedisBudgetModule['RedisLedger']> | undefined;
-  let inner: SharedBudgetGuard;
+  let ledger: InstanceType<RedisBudgetModule['RedisLedger']>;
   try {
     ledger = new RedisLedger({
       redis: config.redis!,
       ...(config.redisPrefix === undefined ? {} : { keyPrefix: config.redisPrefix }),
     });
+  } catch (error) {
+    rethrow(error, 'Cannot open the budget ledger at --redis with --redis-prefix');
+  }
+  let inner: SharedBudgetGuard;
+  try {
     inner = createAsyncBudgetGuard({ budgets: [...config.budgets], ledger });
   } catch (error) {
-    void ledger?.close();
-    rethrow(error, 'Invalid --budget or --ledger');
+    void ledger.close();
+    rethrow(error, 'Invalid --budget');
   }
   // The reservations Redis did not answer (the gate passes the error on as it is): told from the
   // limit store's failures, which the shared gate's fallback takes.

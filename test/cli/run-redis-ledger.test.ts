@@ -2,7 +2,7 @@
  * `tollgate run --redis URL --ledger redis`: budgets recorded in the Redis ledger, shared by every
  * process using it (without it, each machine's ledger file holds its own budget).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -74,6 +74,52 @@ describe('--ledger redis, checked before anything runs', () => {
     }
     // A file of that name is ./redis.
     expect(parseRunOptions([...base, '--ledger', './redis'], dir).config.ledger).toBe(join(dir, 'redis'));
+  });
+});
+
+describe('--ledger redis, garbage in', () => {
+  it('a config file says it as "redis" (a word, as on the command line); anything but a string is refused, naming it', () => {
+    const file = input('config', 1);
+    const config = join(dir, 'ledger-config.json');
+    writeFileSync(
+      config,
+      JSON.stringify({ redis: 'redis://127.0.0.1:6379', ledger: 'redis', budget: '1usd/day' }),
+    );
+    expect(parseRunOptions([file, '-c', config]).config.ledger).toBe('redis');
+    for (const bad of [{ path: 'x' }, ['redis'], true, null]) {
+      writeFileSync(config, JSON.stringify({ ledger: bad, budget: '1usd/day' }));
+      expect(cliErrorMessage(() => parseRunOptions([file, '-c', config]))).toBe(
+        `Expected \`ledger\` in ${config} to be a string, got \`${JSON.stringify(bad)}\``,
+      );
+    }
+  });
+
+  it('a key prefix Redis keys cannot take is refused before anything is sent, naming the flags', async () => {
+    api.received = 0;
+    const result = await runCli([
+      'run',
+      input('prefix', 2),
+      '--out',
+      join(dir, 'prefix.results.jsonl'),
+      '--redis',
+      'redis://:PREFIX-PW@127.0.0.1:6379',
+      '--redis-prefix',
+      'a b{x}',
+      '--ledger',
+      'redis',
+      '--budget',
+      '1usd/day',
+      '--price',
+      '0.01usd',
+      '--progress',
+      'none',
+    ]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain(
+      'Cannot open the budget ledger at --redis with --redis-prefix: Expected `ledger.keyPrefix`',
+    );
+    expect(result.stderr).not.toContain('PREFIX-PW');
+    expect(api.received).toBe(0);
   });
 });
 
