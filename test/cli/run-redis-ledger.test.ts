@@ -52,6 +52,36 @@ function input(name: string, count: number): string {
   return path;
 }
 
+/**
+ * `tollgate run` of `count` requests named `name` (results in `<name>.results.jsonl`), budgets in the
+ * Redis ledger at `redis`: `budget`, $0.001 a request unless `extra` says otherwise.
+ */
+function ledgerRun(
+  name: string,
+  count: number,
+  redis: string,
+  budget: string,
+  extra: string[] = [],
+): string[] {
+  return [
+    'run',
+    input(name, count),
+    '--out',
+    join(dir, `${name}.results.jsonl`),
+    '--redis',
+    redis,
+    '--ledger',
+    'redis',
+    '--budget',
+    budget,
+    '--price',
+    '0.001usd',
+    '--progress',
+    'none',
+    ...extra,
+  ];
+}
+
 describe('--ledger redis, checked before anything runs', () => {
   it('needs --redis', () => {
     expect(
@@ -96,24 +126,9 @@ describe('--ledger redis, garbage in', () => {
 
   it('a key prefix Redis keys cannot take is refused before anything is sent, naming the flags', async () => {
     api.received = 0;
-    const result = await runCli([
-      'run',
-      input('prefix', 2),
-      '--out',
-      join(dir, 'prefix.results.jsonl'),
-      '--redis',
-      'redis://:PREFIX-PW@127.0.0.1:6379',
-      '--redis-prefix',
-      'a b{x}',
-      '--ledger',
-      'redis',
-      '--budget',
-      '1usd/day',
-      '--price',
-      '0.01usd',
-      '--progress',
-      'none',
-    ]);
+    const result = await runCli(
+      ledgerRun('prefix', 2, 'redis://:PREFIX-PW@127.0.0.1:6379', '1usd/day', ['--redis-prefix', 'a b{x}']),
+    );
     expect(result.code).toBe(2);
     expect(result.stderr).toContain(
       'Cannot open the budget ledger at --redis with --redis-prefix: Expected `ledger.keyPrefix`',
@@ -129,24 +144,7 @@ describe.skipIf(skip !== false)('--ledger redis against a real Redis', () => {
     api.received = 0;
     // $0.01 a day at $0.001 a request: 10 requests in all, of the 30 the two runs hold.
     const run = (name: string) =>
-      runCli([
-        'run',
-        input(name, 15),
-        '--out',
-        join(dir, `${name}.results.jsonl`),
-        '--redis',
-        REDIS_URL,
-        '--redis-prefix',
-        prefix,
-        '--ledger',
-        'redis',
-        '--budget',
-        '0.01usd/day',
-        '--price',
-        '0.001usd',
-        '--progress',
-        'none',
-      ]);
+      runCli(ledgerRun(name, 15, REDIS_URL, '0.01usd/day', ['--redis-prefix', prefix]));
     const [a, b] = await Promise.all([run('a'), run('b')]);
     expect(api.received).toBe(10);
     for (const result of [a, b]) {
@@ -176,22 +174,7 @@ describe('--ledger redis with a Redis that does not answer', () => {
     const port = await closedPort();
     api.received = 0;
     const out = join(dir, 'down.results.jsonl');
-    const cli = spawnCli([
-      'run',
-      input('down', 3),
-      '--out',
-      out,
-      '--redis',
-      `redis://:LEDGER-PW-1@127.0.0.1:${port}`,
-      '--ledger',
-      'redis',
-      '--budget',
-      '1usd/day',
-      '--price',
-      '0.001usd',
-      '--progress',
-      'none',
-    ]);
+    const cli = spawnCli(ledgerRun('down', 3, `redis://:LEDGER-PW-1@127.0.0.1:${port}`, '1usd/day'));
     await waitFor(
       () => cli.stderr().includes('the budget ledger in Redis is not answering'),
       20_000,
@@ -220,27 +203,10 @@ describe('--ledger redis with a Redis that does not answer', () => {
       try {
         api.received = 0;
         const out = join(dir, 'outage.results.jsonl');
-        const cli = spawnCli([
-          'run',
-          input('outage', 30),
-          '--out',
-          out,
-          '--redis',
-          redis.url,
-          '--ledger',
-          'redis',
-          '--budget',
-          '1usd/day',
-          '--price',
-          '0.001usd',
-          '--rate',
-          '20/s',
+        const cli = spawnCli(
           // Three read ahead: the rest reserve as they come (a request reserves when scheduled).
-          '--window',
-          '3',
-          '--progress',
-          'none',
-        ]);
+          ledgerRun('outage', 30, redis.url, '1usd/day', ['--rate', '20/s', '--window', '3']),
+        );
         await waitFor(() => api.received >= 5, 20_000, 'five requests sent');
         await redis.stop();
         await waitFor(

@@ -55,6 +55,18 @@ describe('AsyncBudgetGuard threshold events', () => {
   const spec = { limit: 1, period: 'day', thresholds: [0.5, 0.8] } as const;
   const flush = () => new Promise((resolve) => setImmediate(resolve));
 
+  /** A guard on `ledger` at 10 ms into day 0, and the thresholds it fires. */
+  const listening = (ledger: AsyncLedger) => {
+    const events: number[] = [];
+    const guard = createAsyncBudgetGuard({
+      budgets: spec,
+      ledger,
+      clock: { now: () => 10 },
+      onThreshold: (e) => events.push(e.threshold),
+    });
+    return { guard, events };
+  };
+
   it('fires once per threshold and period across the guards sharing a ledger, after the claim', async () => {
     const ledger = asyncLedger(new MemoryLedger());
     const events: [string, number][] = [];
@@ -126,13 +138,7 @@ describe('AsyncBudgetGuard threshold events', () => {
         return Promise.reject(new Error('Redis unavailable'));
       },
     };
-    const events: number[] = [];
-    const g = createAsyncBudgetGuard({
-      budgets: spec,
-      ledger,
-      clock: { now: () => 10 },
-      onThreshold: (e) => events.push(e.threshold),
-    });
+    const { guard: g, events } = listening(ledger);
     const r = await g.reserve(600_000);
     await flush();
     expect(events).toEqual([0.5]);
@@ -146,13 +152,7 @@ describe('AsyncBudgetGuard threshold events', () => {
   it("a claim answered with something else than a claim (a custom ledger) is the guard's: fired, nothing thrown", async () => {
     const inner = asyncLedger(new MemoryLedger());
     const ledger = { ...inner, claimThreshold: () => Promise.resolve(undefined) } as unknown as AsyncLedger;
-    const events: number[] = [];
-    const g = createAsyncBudgetGuard({
-      budgets: spec,
-      ledger,
-      clock: { now: () => 10 },
-      onThreshold: (e) => events.push(e.threshold),
-    });
+    const { guard: g, events } = listening(ledger);
     await g.reserve(600_000);
     await flush();
     expect(events).toEqual([0.5]);
@@ -160,13 +160,7 @@ describe('AsyncBudgetGuard threshold events', () => {
 
   it('a ledger without claims: the guard fires from its own memory, once per period', async () => {
     const { claimThreshold: _claim, ...inner } = asyncLedger(new MemoryLedger());
-    const events: number[] = [];
-    const g = createAsyncBudgetGuard({
-      budgets: spec,
-      ledger: inner as AsyncLedger,
-      clock: { now: () => 10 },
-      onThreshold: (e) => events.push(e.threshold),
-    });
+    const { guard: g, events } = listening(inner as AsyncLedger);
     const [r] = await Promise.all([g.reserve(500_000), g.reserve(100_000)]);
     await g.release(r);
     await g.reserve(500_000);
