@@ -39,6 +39,21 @@ function threeCalls(gate: SharedGate, clock: ManualClock, key: string) {
   return { sent, statuses: Promise.all(statuses) };
 }
 
+/**
+ * One call of `key` through `gate` whose provider answers when the test says (`answer`); `outcome`:
+ * the error code it ends with.
+ */
+function answeredLater(gate: SharedGate, key: string) {
+  let answer!: (inspection: Inspection) => void;
+  const outcome = gate
+    .schedule(() => new Promise<Inspection>((resolve) => (answer = resolve)), {
+      key,
+      inspect: (r: Inspection) => r,
+    })
+    .catch((e: { code: string }) => e.code);
+  return { answer: (inspection: Inspection) => answer(inspection), outcome };
+}
+
 /** A view of `store` that throws StoreUnavailableError while `state.down` (one process's connection). */
 function flaky(memory: MemoryStore) {
   const state = { down: false };
@@ -84,13 +99,7 @@ it('a capped wait answered while the store is down is marked for every process w
   } as const;
   const a = createSharedGate({ ...options, store });
   const b = createSharedGate({ ...options, store: memory });
-  let answer!: (inspection: Inspection) => void;
-  const first = a
-    .schedule(() => new Promise<Inspection>((resolve) => (answer = resolve)), {
-      key: 'api',
-      inspect: (r: Inspection) => r,
-    })
-    .catch((e: { code: string }) => e.code);
+  const { answer, outcome: first } = answeredLater(a, 'api');
   await run(clock, 20);
   // The store goes down while the call runs; its answer (a day, capped at 5 s) comes meanwhile:
   // neither its pause nor its reprobe mark reaches the store.
@@ -182,13 +191,7 @@ it('a Retry-After round ended while the store is down is marked for every proces
   const a = createSharedGate({ store, clock, recoveryProbeMs: 100, failure: 'fail-closed' });
   const heard: string[] = [];
   memory.onPause((event) => heard.push(event.pauseId));
-  let answer!: (inspection: Inspection) => void;
-  const first = a
-    .schedule(() => new Promise<Inspection>((resolve) => (answer = resolve)), {
-      key: 'api',
-      inspect: (r: Inspection) => r,
-    })
-    .catch((e: { code: string }) => e.code);
+  const { answer, outcome: first } = answeredLater(a, 'api');
   await run(clock, 20);
   // The store goes down while the call runs; its answer (a Retry-After alone) comes meanwhile.
   state.down = true;
